@@ -1,0 +1,243 @@
+"""Parallel corpora: reading with clear errors, length filtering, token-bucketed batches, padding.
+
+Knows about token ids and tensors, never about models. Masks are bool, True = may attend.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from mtcli.errors import UserError
+from mtcli.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def _open_binary(path: str | Path):
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a text file") from None
+
+
+def _decode_line(raw: bytes, path: str | Path, line_no: int) -> str:
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}:{line_no}: invalid UTF-8 (byte {e.start + 1})") from None
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """Stream the lines of a UTF-8 file without newlines; bad bytes name file and line."""
+    with _open_binary(path) as f:
+        for line_no, raw in enumerate(f, 1):
+            yield _decode_line(raw, path, line_no)
+
+
+def _count_rest(f) -> int:
+    return sum(1 for _ in f)
+
+
+def read_parallel(src: str | Path, tgt: str | Path) -> Iterator[tuple[int, str, str]]:
+    """Stream (line number, source, target) from two aligned files.
+
+    The files are read in lockstep, so memory stays flat; a length mismatch is found when
+    the shorter one ends, and the error names both files and both line counts.
+    """
+    with _open_binary(src) as fs, _open_binary(tgt) as ft:
+        line_no = 0
+        while True:
+            raw_s, raw_t = fs.readline(), ft.readline()
+            if not raw_s or not raw_t:
+                if raw_s or raw_t:
+                    n_src = line_no + bool(raw_s) + _count_rest(fs)
+                    n_tgt = line_no + bool(raw_t) + _count_rest(ft)
+                    raise UserError(
+                        f"{src} has {n_src} lines but {tgt} has {n_tgt}: the files must be aligned"
+                    )
+                return
+            line_no += 1
+            yield line_no, _decode_line(raw_s, src, line_no), _decode_line(raw_t, tgt, line_no)
+
+
+def read_tsv(path: str | Path) -> Iterator[tuple[int, str, str]]:
+    """Stream (line number, source, target) from a tab-separated file (extra columns ignored)."""
+    for line_no, line in enumerate(read_lines(path), 1):
+        cols = line.split("\t")
+        if len(cols) < 2:
+            raise UserError(f"{path}:{line_no}: expected at least 2 tab-separated columns")
+        yield line_no, cols[0], cols[1]
+
+
+def read_corpus(src: str | Path, tgt: str | Path | None = None) -> Iterator[tuple[int, str, str]]:
+    """Two aligned files, or one TSV file when `tgt` is None."""
+    return read_tsv(src) if tgt is None else read_parallel(src, tgt)
+
+
+@dataclass
+class CorpusStats:
+    """What reading and filtering kept and dropped, for the log."""
+
+    read: int = 0
+    kept: int = 0
+    empty: int = 0  # a side was empty after stripping
+    too_long: int = 0  # more than max_len tokens on a side
+    bad_ratio: int = 0  # length ratio above max_ratio
+
+    def summary(self) -> str:
+        return (
+            f"{self.kept} pairs kept of {self.read} "
+            f"(dropped: {self.empty} empty, {self.too_long} too long, {self.bad_ratio} length ratio)"
+        )
+
+
+@dataclass
+class Corpus:
+    """Token ids of a filtered parallel corpus. Source ids end with EOS; target ids do not."""
+
+    src: list[list[int]] = field(default_factory=list)
+    tgt: list[list[int]] = field(default_factory=list)
+    stats: CorpusStats = field(default_factory=CorpusStats)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def src_len(self, i: int) -> int:
+        return len(self.src[i])
+
+    def tgt_len(self, i: int) -> int:
+        return len(self.tgt[i]) + 1  # BOS in the decoder input / EOS in the output
+
+
+def load_corpus(
+    lines: Iterator[tuple[int, str, str]],
+    encode_src: Callable[[str], list[int]],
+    encode_tgt: Callable[[str], list[int]],
+    *,
+    max_len: int = 128,
+    max_ratio: float = 9.0,
+) -> Corpus:
+    """Encode a stream of pairs, skipping empty sides and filtering by length and ratio."""
+    corpus = Corpus()
+    stats = corpus.stats
+    for _, src_text, tgt_text in lines:
+        stats.read += 1
+        src_text, tgt_text = src_text.strip(), tgt_text.strip()
+        if not src_text or not tgt_text:
+            stats.empty += 1
+            continue
+        src_ids, tgt_ids = encode_src(src_text), encode_tgt(tgt_text)
+        if len(src_ids) > max_len or len(tgt_ids) > max_len:
+            stats.too_long += 1
+            continue
+        n_src, n_tgt = len(src_ids) + 1, len(tgt_ids) + 1
+        if max(n_src, n_tgt) / min(n_src, n_tgt) > max_ratio:
+            stats.bad_ratio += 1
+            continue
+        corpus.src.append(src_ids + [EOS_ID])
+        corpus.tgt.append(tgt_ids)
+        stats.kept += 1
+    return corpus
+
+
+def padded_tokens(src_lens: list[int], tgt_lens: list[int]) -> int:
+    """Positions a batch occupies once padded: B * max source len + B * max target len."""
+    return len(src_lens) * (max(src_lens) + max(tgt_lens))
+
+
+def make_batches(
+    src_lens: list[int],
+    tgt_lens: list[int],
+    *,
+    max_tokens: int,
+    seed: int,
+    epoch: int,
+    pool_batches: int = 100,
+) -> list[list[int]]:
+    """Split one epoch into batches of indices under a padded-token budget.
+
+    Shuffle (seeded by seed and epoch), cut into pools of about `pool_batches` batches,
+    sort each pool by length so neighbours pad little, fill batches greedily, then shuffle
+    the batch order. Every index appears exactly once per epoch.
+    """
+    n = len(src_lens)
+    longest = max((s + t for s, t in zip(src_lens, tgt_lens, strict=True)), default=0)
+    if longest > max_tokens:
+        raise UserError(
+            f"--max-tokens {max_tokens} is smaller than the longest pair ({longest} tokens); "
+            "raise --max-tokens or lower --max-len"
+        )
+    rng = random.Random(seed * 1_000_003 + epoch)
+    order = list(range(n))
+    rng.shuffle(order)
+    mean_len = (sum(src_lens) + sum(tgt_lens)) / max(n, 1)
+    pool_size = max(1, int(pool_batches * max_tokens / max(mean_len, 1)))
+    batches: list[list[int]] = []
+    for start in range(0, n, pool_size):
+        pool = sorted(order[start : start + pool_size], key=lambda i: (src_lens[i], tgt_lens[i]))
+        batch: list[int] = []
+        max_s = max_t = 0
+        for i in pool:
+            new_s, new_t = max(max_s, src_lens[i]), max(max_t, tgt_lens[i])
+            if batch and (len(batch) + 1) * (new_s + new_t) > max_tokens:
+                batches.append(batch)
+                batch, new_s, new_t = [], src_lens[i], tgt_lens[i]
+            batch.append(i)
+            max_s, max_t = new_s, new_t
+        if batch:
+            batches.append(batch)
+    rng.shuffle(batches)
+    return batches
+
+
+def epoch_batches(corpus: Corpus, *, max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """`make_batches` over a loaded corpus."""
+    src_lens = [corpus.src_len(i) for i in range(len(corpus))]
+    tgt_lens = [corpus.tgt_len(i) for i in range(len(corpus))]
+    return make_batches(src_lens, tgt_lens, max_tokens=max_tokens, seed=seed, epoch=epoch)
+
+
+def pad(seqs: list[list[int]]) -> torch.Tensor:
+    """Right-pad id lists with PAD_ID into a (B, L) long tensor."""
+    width = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), width), PAD_ID, dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        out[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    return out
+
+
+@dataclass
+class Batch:
+    """One padded batch. Shapes: src_ids (B, S); tgt_in and tgt_out (B, T)."""
+
+    src_ids: torch.Tensor
+    tgt_in: torch.Tensor  # BOS + target ids: what the decoder reads
+    tgt_out: torch.Tensor  # target ids + EOS: what it must predict (PAD = ignored)
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int((self.tgt_out != PAD_ID).sum())
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.src_ids.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+
+
+def collate(corpus: Corpus, indices: list[int]) -> Batch:
+    """Pad the pairs at `indices` into a Batch."""
+    src = [corpus.src[i] for i in indices]
+    tgt = [corpus.tgt[i] for i in indices]
+    return Batch(
+        src_ids=pad(src),
+        tgt_in=pad([[BOS_ID] + t for t in tgt]),
+        tgt_out=pad([t + [EOS_ID] for t in tgt]),
+    )
+
+
+def padding_mask(ids: torch.Tensor) -> torch.Tensor:
+    """(B, L) bool, True at real tokens (may be attended to)."""
+    return ids != PAD_ID

@@ -1,0 +1,222 @@
+"""Greedy and beam search over token ids. Knows nothing about text, files or the CLI.
+
+The encoder runs once per batch; the decoder runs one token per step through an explicit
+KVCache. Beam search keeps batch x beam rows in one tensor: no Python loop over sentences or
+beams inside a step.
+
+Scores are sums of log-probabilities divided by the GNMT length penalty
+lp(n) = ((5 + n) / 6) ** alpha, where n counts the output tokens including EOS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from mtcli.model import AttentionRecord, Seq2Seq
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # equal to tokenizer's; restated to keep this layer text-free
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    """One output: token ids without BOS/EOS, and its length-normalised score."""
+
+    tokens: list[int]
+    score: float
+
+
+def length_penalty(n: Tensor | int | float, alpha: float) -> Tensor | float:
+    """GNMT length penalty ((5 + n) / 6) ** alpha (Wu et al. 2016)."""
+    return ((5.0 + n) / 6.0) ** alpha
+
+
+def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor:
+    """(B,) most output tokens before the forced EOS: a * source length + b, capped by `limit`."""
+    src_len = src_mask.sum(dim=1).float()
+    return (a * src_len + b).floor().long().clamp(min=1, max=limit)
+
+
+def _mask_never_generated(log_probs: Tensor) -> Tensor:
+    """PAD and BOS are never produced; set their log-probabilities to -inf. (N, V) -> (N, V)."""
+    log_probs[:, PAD_ID] = NEG_INF
+    log_probs[:, BOS_ID] = NEG_INF
+    return log_probs
+
+
+def _force_eos(log_probs: Tensor, rows: Tensor) -> Tensor:
+    """On `rows` (bool, (N,)) only EOS may follow: every other token gets -inf."""
+    eos = log_probs[:, EOS_ID].clone()
+    log_probs[rows] = NEG_INF
+    log_probs[:, EOS_ID] = eos
+    return log_probs
+
+
+@torch.inference_mode()
+def greedy(
+    model: Seq2Seq,
+    src_ids: Tensor,
+    src_mask: Tensor,
+    *,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    alpha: float = 1.0,
+    record: AttentionRecord | None = None,
+) -> list[Hypothesis]:
+    """Pick the most probable token at each step. src_ids, src_mask (B, S) -> B hypotheses."""
+    B = src_ids.size(0)
+    limit = model.cfg.max_positions - 1
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
+    memory = model.encode(src_ids, src_mask)  # (B, S, D)
+    cache = model.new_cache(int(max_lens.max()) + 1, record)
+    last = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src_ids.device)
+    tokens = torch.zeros(B, 0, dtype=torch.long, device=src_ids.device)
+    raw = torch.zeros(B, device=src_ids.device)
+    lengths = torch.zeros(B, dtype=torch.long, device=src_ids.device)
+    done = torch.zeros(B, dtype=torch.bool, device=src_ids.device)
+    for step in range(int(max_lens.max()) + 1):
+        logits = model.decode(last, memory, src_mask, cache)[:, -1]  # (B, V)
+        log_probs = _mask_never_generated(logits.float().log_softmax(dim=-1))
+        log_probs = _force_eos(log_probs, step >= max_lens)
+        best_lp, best = log_probs.max(dim=-1)  # (B,)
+        best = best.masked_fill(done, PAD_ID)  # finished rows emit padding
+        raw += best_lp.masked_fill(done, 0.0)
+        lengths += (~done).long()
+        tokens = torch.cat([tokens, best[:, None]], dim=1)
+        done |= best == EOS_ID
+        last = best[:, None]
+        if bool(done.all()):
+            break
+    scores = raw / length_penalty(lengths.float(), alpha)
+    return [
+        Hypothesis(_strip(tokens[b].tolist()), float(scores[b])) for b in range(B)
+    ]
+
+
+def _strip(ids: list[int]) -> list[int]:
+    """Cut at the first EOS and drop padding."""
+    out = []
+    for i in ids:
+        if i == EOS_ID:
+            break
+        if i != PAD_ID:
+            out.append(i)
+    return out
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Seq2Seq,
+    src_ids: Tensor,
+    src_mask: Tensor,
+    *,
+    beam_size: int = 5,
+    alpha: float = 1.0,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
+    """Beam search. src_ids, src_mask (B, S) -> for each sentence its `nbest` best hypotheses.
+
+    Each step ranks the 2k best continuations of the k live beams. An EOS continuation that
+    ranks inside the top k finishes a hypothesis (it used up a beam slot, as in fairseq, so a
+    beam of 1 is exactly greedy); the best k non-EOS continuations stay live. A sentence is
+    done when k hypotheses have finished, or when its best live raw score, divided by the
+    largest length penalty it could still reach, cannot beat the nbest-th finished score.
+    """
+    device, k = src_ids.device, beam_size
+    B = src_ids.size(0)
+    limit = model.cfg.max_positions - 1
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
+    n_steps = int(max_lens.max()) + 1  # + the forced EOS
+
+    memory = model.encode(src_ids, src_mask)  # (B, S, D)
+    memory = memory.repeat_interleave(k, dim=0)  # (B*k, S, D): beams of a sentence are adjacent
+    mask = src_mask.repeat_interleave(k, dim=0)  # (B*k, S)
+    cache = model.new_cache(n_steps)
+    row_max = max_lens.repeat_interleave(k)  # (B*k,)
+
+    alive_tokens = torch.full((B, k, 0), PAD_ID, dtype=torch.long, device=device)  # (B, k, t)
+    alive_raw = torch.full((B, k), NEG_INF, device=device)  # summed log-probs
+    alive_raw[:, 0] = 0.0  # one real start; the copies would only duplicate it
+    fin_tokens = torch.full((B, k, n_steps), PAD_ID, dtype=torch.long, device=device)
+    fin_scores = torch.full((B, k), NEG_INF, device=device)  # normalised
+    n_finished = torch.zeros(B, dtype=torch.long, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    last = torch.full((B * k, 1), BOS_ID, dtype=torch.long, device=device)
+    sentence_base = (torch.arange(B, device=device) * k)[:, None]  # (B, 1): first row of each sentence
+
+    for step in range(n_steps):
+        logits = model.decode(last, memory, mask, cache)[:, -1]  # (B*k, V)
+        log_probs = _mask_never_generated(logits.float().log_softmax(dim=-1))
+        log_probs = _force_eos(log_probs, step >= row_max)
+        V = log_probs.size(-1)
+        cand = (alive_raw[:, :, None] + log_probs.view(B, k, V)).view(B, k * V)  # (B, k*V)
+        n_cand = min(2 * k, k * V)
+        top_raw, top_idx = cand.topk(n_cand, dim=1)  # (B, 2k), best first
+        top_beam, top_token = top_idx // V, top_idx % V  # (B, 2k)
+        is_eos = top_token == EOS_ID
+        n_out = step + 1  # output length of a candidate, EOS included
+
+        # finish EOS candidates ranked inside the top k, in sentences still searching
+        finishing = is_eos & (torch.arange(n_cand, device=device) < k)[None, :] & ~done[:, None]
+        new_scores = torch.where(finishing, top_raw / length_penalty(n_out, alpha), NEG_INF)  # (B, 2k)
+        prefix = alive_tokens.gather(1, top_beam[:, :, None].expand(-1, -1, step))  # (B, 2k, step)
+        new_tokens = torch.full((B, n_cand, n_steps), PAD_ID, dtype=torch.long, device=device)
+        new_tokens[:, :, :step] = prefix
+        new_tokens[:, :, step] = EOS_ID
+        n_finished += finishing.sum(dim=1)
+        all_scores = torch.cat([fin_scores, new_scores], dim=1)  # (B, k + 2k)
+        fin_scores, keep = all_scores.topk(k, dim=1)  # (B, k)
+        all_tokens = torch.cat([fin_tokens, new_tokens], dim=1)  # (B, 3k, n_steps)
+        fin_tokens = all_tokens.gather(1, keep[:, :, None].expand(-1, -1, n_steps))
+
+        # the best k non-EOS candidates stay live
+        live_raw = top_raw.masked_fill(is_eos, NEG_INF)
+        alive_raw, pick = live_raw.topk(k, dim=1)  # (B, k)
+        beam_src = top_beam.gather(1, pick)  # (B, k): which old beam each new one extends
+        next_token = top_token.gather(1, pick)  # (B, k)
+        alive_tokens = torch.cat(
+            [alive_tokens.gather(1, beam_src[:, :, None].expand(-1, -1, step)), next_token[:, :, None]],
+            dim=2,
+        )  # (B, k, step + 1)
+        cache.reorder((sentence_base + beam_src).view(-1))
+        last = next_token.view(B * k, 1)
+
+        done |= _sentences_done(alive_raw, fin_scores, n_finished, max_lens, k, nbest, alpha)
+        done |= step >= max_lens  # the forced EOS has been taken
+        if bool(done.all()):
+            break
+
+    return _collect(fin_tokens, fin_scores, nbest)
+
+
+def _sentences_done(
+    alive_raw: Tensor, fin_scores: Tensor, n_finished: Tensor, max_lens: Tensor, k: int, nbest: int, alpha: float
+) -> Tensor:
+    """(B,) bool: nothing live can still enter a sentence's n-best list."""
+    full = n_finished >= k
+    best_alive = alive_raw.max(dim=1).values  # (B,) raw log-prob, only falls from here
+    # raw scores are negative and only fall; the largest penalty is at the longest output
+    bound = best_alive / length_penalty((max_lens + 1).float(), alpha)
+    nth_finished = fin_scores[:, nbest - 1]
+    hopeless = (n_finished >= nbest) & (bound <= nth_finished)
+    no_live = torch.isinf(best_alive)
+    return full | hopeless | no_live
+
+
+def _collect(fin_tokens: Tensor, fin_scores: Tensor, nbest: int) -> list[list[Hypothesis]]:
+    """Turn the finished pools (sorted best first) into Python lists of Hypothesis."""
+    results = []
+    for b in range(fin_scores.size(0)):
+        hyps = []
+        for j in range(fin_scores.size(1)):
+            score = float(fin_scores[b, j])
+            if score == NEG_INF or len(hyps) == nbest:
+                break
+            hyps.append(Hypothesis(_strip(fin_tokens[b, j].tolist()), score))
+        results.append(hyps)
+    return results

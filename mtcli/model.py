@@ -1,0 +1,367 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+Owns attention, the layers, `Seq2Seq` and the decoder's `KVCache`. Knows nothing about text,
+files, tokenizers or the CLI.
+
+Shape legend: B batch, S source len, T target len, D d_model, H heads, K head dim (D / H),
+F feed-forward dim, V vocabulary, L layers.
+Masks are bool and True means "may attend"; they broadcast to (B, H, T_query, T_key).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mtcli.config import ModelConfig
+
+PAD_ID = 0  # must equal tokenizer.PAD_ID; restated so the model needs no tokenizer import
+
+
+def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)); (P, D)."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, D/2)
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return table.float()
+
+
+def causal_mask(n_query: int, n_key: int, device: torch.device | None = None) -> Tensor:
+    """(T_query, T_key) bool: query i (the last n_query of n_key positions) sees keys <= it."""
+    offset = n_key - n_query  # earlier positions already in the cache
+    q = torch.arange(n_query, device=device)[:, None] + offset
+    k = torch.arange(n_key, device=device)[None, :]
+    return k <= q
+
+
+def attention_probs(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(Q Kᵀ / √K) with masked keys at zero weight. q (B,H,Tq,K), k (B,H,Tk,K) -> (B,H,Tq,Tk)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+@dataclass
+class AttentionRecord:
+    """Collects attention probabilities (B, H, Tq, Tk) per layer, when a caller asks to see them.
+
+    Recording switches the product from the fused kernel to `attention_probs(...) @ V`, the
+    same arithmetic written out, so the weights shown are the ones that made the output.
+    """
+
+    layers: dict[int, list[Tensor]] = field(default_factory=dict)
+
+    def add(self, layer: int, probs: Tensor) -> None:
+        self.layers.setdefault(layer, []).append(probs.detach())
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    *,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    record: AttentionRecord | None = None,
+    layer: int = 0,
+) -> Tensor:
+    """Scaled dot-product attention. q (B,H,Tq,K), k/v (B,H,Tk,K) -> (B,H,Tq,K)."""
+    if record is not None:
+        if is_causal:
+            mask = causal_mask(q.size(-2), k.size(-2), q.device)
+        probs = attention_probs(q, k, mask)
+        record.add(layer, probs)
+        return probs @ v
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+    )
+
+
+class KVCache:
+    """Keys and values of the decoder's attention, for decoding one token per step.
+
+    Self-attention K/V live in preallocated buffers (B, H, T_max, K) per layer, filled up to
+    `length`; each step writes one position. Cross-attention K/V (B, H, S, K) are computed
+    once from the encoder output by the first step and reused by every later one.
+    """
+
+    def __init__(self, n_layers: int, max_len: int, record: AttentionRecord | None = None):
+        self.n_layers, self.max_len = n_layers, max_len
+        self.length = 0  # positions already decoded
+        self.self_k: list[Tensor | None] = [None] * n_layers
+        self.self_v: list[Tensor | None] = [None] * n_layers
+        self.cross_k: list[Tensor | None] = [None] * n_layers
+        self.cross_v: list[Tensor | None] = [None] * n_layers
+        self.record = record  # cross-attention probabilities, when asked for (see AttentionRecord)
+        self.self_record: AttentionRecord | None = AttentionRecord() if record is not None else None
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store new K/V (B, H, Tn, K) at the next positions; return all so far (B, H, T, K)."""
+        if self.self_k[layer] is None:
+            B, H, _, K = k.shape
+            self.self_k[layer] = k.new_zeros(B, H, self.max_len, K)
+            self.self_v[layer] = v.new_zeros(B, H, self.max_len, K)
+        end = self.length + k.size(2)
+        if end > self.max_len:
+            raise ValueError(f"KVCache holds {self.max_len} positions, asked for {end}")
+        self.self_k[layer][:, :, self.length : end] = k
+        self.self_v[layer][:, :, self.length : end] = v
+        return self.self_k[layer][:, :, :end], self.self_v[layer][:, :, :end]
+
+    def reorder(self, indices: Tensor) -> None:
+        """Follow beam back-pointers: row i now continues row indices[i].
+
+        Only self-attention K/V differ between beams of one sentence; the cross K/V of a
+        sentence are the same in all its beams, so they stay (indices never cross sentences).
+        """
+        for layer in range(self.n_layers):
+            if self.self_k[layer] is not None:
+                self.self_k[layer] = self.self_k[layer].index_select(0, indices)
+                self.self_v[layer] = self.self_v[layer].index_select(0, indices)
+
+    def select(self, indices: Tensor) -> None:
+        """Keep only rows `indices` (finished sentences leave the batch): self and cross K/V."""
+        self.reorder(indices)
+        for layer in range(self.n_layers):
+            if self.cross_k[layer] is not None:
+                self.cross_k[layer] = self.cross_k[layer].index_select(0, indices)
+                self.cross_v[layer] = self.cross_v[layer].index_select(0, indices)
+
+
+class _Heads(nn.Module):
+    """Shared helpers: split D into H heads of K and merge them back."""
+
+    def __init__(self, d_model: int, n_heads: int, attention_dropout: float):
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.attention_dropout = attention_dropout
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def split(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, K)
+
+    def merge(self, x: Tensor) -> Tensor:
+        B, _, T, _ = x.shape
+        return self.out_proj(x.transpose(1, 2).reshape(B, T, -1))  # (B, T, D)
+
+    @property
+    def dropout_p(self) -> float:
+        return self.attention_dropout if self.training else 0.0
+
+
+class SelfAttention(_Heads):
+    """Multi-head self-attention with one fused Q/K/V projection (one GEMM instead of three)."""
+
+    def __init__(self, d_model: int, n_heads: int, attention_dropout: float = 0.0):
+        super().__init__(d_model, n_heads, attention_dropout)
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        *,
+        causal: bool = False,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        record: AttentionRecord | None = None,
+    ) -> Tensor:
+        """x (B, T, D), mask broadcastable to (B, H, T, T) -> (B, T, D)."""
+        q, k, v = self.split_qkv(x)  # each (B, H, T, K)
+        if cache is not None:
+            k, v = cache.append(layer, k, v)  # (B, H, past + T, K)
+            record = cache.self_record
+            if causal and q.size(2) == 1:
+                causal = False  # one new token may see every cached position
+        use_causal_kernel = causal and mask is None and q.size(2) == k.size(2)
+        if causal and not use_causal_kernel:
+            step_mask = causal_mask(q.size(2), k.size(2), x.device)  # (Tq, Tk)
+            mask = step_mask if mask is None else mask & step_mask
+        out = attend(
+            q, k, v, mask, is_causal=use_causal_kernel, dropout_p=self.dropout_p,
+            record=record, layer=layer,
+        )  # (B, H, T, K)
+        return self.merge(out)
+
+    def split_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # each (B, T, D)
+        return self.split(q), self.split(k), self.split(v)
+
+
+class CrossAttention(_Heads):
+    """Encoder-decoder attention: queries from the decoder, keys/values from the encoder output."""
+
+    def __init__(self, d_model: int, n_heads: int, attention_dropout: float = 0.0):
+        super().__init__(d_model, n_heads, attention_dropout)
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+
+    def forward(
+        self, x: Tensor, memory: Tensor, mask: Tensor, *, cache: KVCache | None = None, layer: int = 0
+    ) -> Tensor:
+        """x (B, T, D), memory (B, S, D), mask (B, 1, 1, S) -> (B, T, D)."""
+        q = self.split(self.q_proj(x))  # (B, H, T, K)
+        if cache is not None and cache.cross_k[layer] is not None:
+            k, v = cache.cross_k[layer], cache.cross_v[layer]  # computed by the first step
+        else:
+            k, v = (self.split(t) for t in self.kv_proj(memory).chunk(2, dim=-1))  # (B, H, S, K)
+            if cache is not None:
+                cache.cross_k[layer], cache.cross_v[layer] = k, v
+        record = cache.record if cache is not None else None
+        out = attend(q, k, v, mask, dropout_p=self.dropout_p, record=record, layer=layer)
+        return self.merge(out)
+
+
+class FeedForward(nn.Module):
+    """Position-wise Linear(D, F) -> activation -> Linear(F, D)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float):
+        super().__init__()
+        self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.act = nn.ReLU() if activation == "relu" else nn.GELU()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, D) -> (B, T, D)."""
+        return self.down(self.dropout(self.act(self.up(x))))
+
+
+class _Sublayers(nn.Module):
+    """Residual + LayerNorm around each sublayer: post-norm (paper) or pre-norm."""
+
+    def __init__(self, d_model: int, n_sublayers: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_sublayers))
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def residual(self, i: int, x: Tensor, sublayer) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norms[i](x)))
+        return self.norms[i](x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(_Sublayers):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg.d_model, 2, cfg.dropout, cfg.pre_norm)
+        self.self_attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
+
+    def forward(self, x: Tensor, src_mask: Tensor, *, layer: int, record: AttentionRecord | None) -> Tensor:
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
+        x = self.residual(0, x, lambda h: self.self_attn(h, src_mask, layer=layer, record=record))
+        return self.residual(1, x, self.ffn)
+
+
+class DecoderLayer(_Sublayers):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg.d_model, 3, cfg.dropout, cfg.pre_norm)
+        self.self_attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = CrossAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
+
+    def forward(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor, *, layer: int, cache: KVCache | None
+    ) -> Tensor:
+        """x (B, T, D), memory (B, S, D), src_mask (B, 1, 1, S) -> (B, T, D)."""
+        x = self.residual(
+            0, x, lambda h: self.self_attn(h, None, causal=True, cache=cache, layer=layer)
+        )
+        x = self.residual(1, x, lambda h: self.cross_attn(h, memory, src_mask, cache=cache, layer=layer))
+        return self.residual(2, x, self.ffn)
+
+
+class Seq2Seq(nn.Module):
+    """Encoder-decoder Transformer with three public methods: encode, decode, forward."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        D = cfg.d_model
+        self.src_embed = nn.Embedding(cfg.src_vocab_size, D, padding_idx=PAD_ID)
+        self.tgt_embed = (
+            self.src_embed
+            if cfg.share_embeddings
+            else nn.Embedding(cfg.tgt_vocab_size, D, padding_idx=PAD_ID)
+        )
+        # not saved: rebuilt from the formula, so checkpoints stay small and exact
+        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, D), persistent=False)
+        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_enc_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
+        # pre-norm leaves the residual stream un-normalised, so each stack ends with a LayerNorm
+        self.encoder_norm = nn.LayerNorm(D) if cfg.pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(D) if cfg.pre_norm else nn.Identity()
+        self.out_proj = None if cfg.tie_output else nn.Linear(D, cfg.tgt_vocab_size, bias=False)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        # N(0, D^-1/2): after the sqrt(D) scaling the embeddings have unit variance,
+        # and as the tied output projection they give logits of sensible size
+        for embed in {self.src_embed, self.tgt_embed}:
+            nn.init.normal_(embed.weight, std=self.cfg.d_model**-0.5)
+            with torch.no_grad():
+                embed.weight[PAD_ID].zero_()
+
+    def _embed(self, ids: Tensor, table: nn.Embedding, offset: int = 0) -> Tensor:
+        """ids (B, L) -> (B, L, D): scaled embeddings plus positions offset..offset+L."""
+        L = ids.size(1)
+        if offset + L > self.cfg.max_positions:
+            raise ValueError(f"sequence of {offset + L} tokens exceeds max_positions {self.cfg.max_positions}")
+        x = table(ids) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + L]
+        return self.embed_dropout(x)
+
+    def encode(self, src_ids: Tensor, src_mask: Tensor, *, record: AttentionRecord | None = None) -> Tensor:
+        """src_ids (B, S), src_mask (B, S) -> memory (B, S, D)."""
+        mask = src_mask[:, None, None, :]  # (B, 1, 1, S): every query may see the real keys
+        x = self._embed(src_ids, self.src_embed)
+        for layer, block in enumerate(self.encoder_layers):
+            x = block(x, mask, layer=layer, record=record)
+        return self.encoder_norm(x)
+
+    def decode(
+        self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache | None = None
+    ) -> Tensor:
+        """tgt_ids (B, T), memory (B, S, D), src_mask (B, S) -> logits (B, T, V).
+
+        With a cache, tgt_ids holds only the new token(s) after `cache.length` earlier ones.
+        Target padding needs no mask: pads sit at the end, so the causal mask already hides
+        them from every real position.
+        """
+        offset = cache.length if cache is not None else 0
+        x = self._embed(tgt_ids, self.tgt_embed, offset)
+        mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        for layer, block in enumerate(self.decoder_layers):
+            x = block(x, memory, mask, layer=layer, cache=cache)
+        if cache is not None:
+            cache.length += tgt_ids.size(1)
+        x = self.decoder_norm(x)
+        weight = self.tgt_embed.weight if self.out_proj is None else self.out_proj.weight
+        return F.linear(x, weight)  # (B, T, V)
+
+    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+        """Teacher forcing: src_ids (B, S), tgt_ids (B, T) -> logits (B, T, V)."""
+        src_mask = src_ids != PAD_ID
+        return self.decode(tgt_ids, self.encode(src_ids, src_mask), src_mask)
+
+    def new_cache(self, max_len: int, record: AttentionRecord | None = None) -> KVCache:
+        """An empty cache for decoding up to `max_len` target positions."""
+        return KVCache(len(self.decoder_layers), min(max_len, self.cfg.max_positions), record)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

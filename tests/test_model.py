@@ -1,0 +1,159 @@
+"""The Transformer against independent arithmetic: attention, positions, masks, save/load."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mtcli.checkpoint import SaveRequest, load_model, save_model
+from mtcli.errors import UserError
+from mtcli.model import SelfAttention, Seq2Seq, attend, sinusoidal_positions
+from tests.conftest import tiny_config
+
+X = [[1, 0, 1, 0], [0, 2, 0, 2], [1, 1, 1, 1]]
+W_Q = [[1, 0, 1], [1, 0, 0], [0, 0, 1], [0, 1, 1]]
+W_K = [[0, 0, 1], [1, 1, 0], [0, 1, 0], [1, 1, 0]]
+W_V = [[0, 2, 0], [0, 3, 0], [1, 0, 3], [1, 1, 0]]
+
+
+def test_worked_self_attention_example():
+    """The seed article's example: Q, K, V as printed; output = softmax(QKᵀ/√3)V in float64."""
+    x, wq, wk, wv = (torch.tensor(m, dtype=torch.float64) for m in (X, W_Q, W_K, W_V))
+    q, k, v = x @ wq, x @ wk, x @ wv
+    assert q.tolist() == [[1, 0, 2], [2, 2, 2], [2, 1, 3]]
+    assert k.tolist() == [[0, 1, 1], [4, 4, 0], [2, 3, 1]]
+    assert v.tolist() == [[1, 2, 3], [2, 8, 0], [2, 6, 3]]
+    # independent truth: the softmax written out element by element
+    expected = []
+    for qi in q.tolist():
+        scores = [sum(a * b for a, b in zip(qi, kj, strict=True)) / math.sqrt(3) for kj in k.tolist()]
+        exps = [math.exp(s) for s in scores]
+        weights = [e / sum(exps) for e in exps]
+        expected.append([sum(w * vj[c] for w, vj in zip(weights, v.tolist(), strict=True)) for c in range(3)])
+    got = attend(q[None, None], k[None, None], v[None, None], None)[0, 0]  # one batch, one head
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12)
+    # row 0 by hand: Q0·Kᵀ = [2, 4, 4], so keys 2 and 3 share the weight equally
+    w = [math.exp(2 / math.sqrt(3)), math.exp(4 / math.sqrt(3)), math.exp(4 / math.sqrt(3))]
+    assert got[0, 0].item() == pytest.approx((w[0] * 1 + w[1] * 2 + w[2] * 2) / sum(w), abs=1e-12)
+
+
+def test_self_attention_module_single_head():
+    """The module with one head, fused projections set to W_Q/W_K/W_V (padded to D=4), matches softmax(QKᵀ/√K)V·W_O."""
+    torch.manual_seed(0)
+    attn = SelfAttention(d_model=4, n_heads=1).double().eval()
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+    w = attn.qkv_proj.weight.detach()
+    b = attn.qkv_proj.bias.detach()
+    q, k, v = (x @ w[i * 4 : (i + 1) * 4].T + b[i * 4 : (i + 1) * 4] for i in range(3))
+    probs = torch.softmax(q @ k.transpose(1, 2) / 2.0, dim=-1)  # √4
+    expected = attn.out_proj(probs @ v)
+    torch.testing.assert_close(attn(x, None), expected)
+
+
+def test_positional_encoding_formula():
+    """PE(pos, 2i) = sin(pos/10000^(2i/D)), PE(pos, 2i+1) = cos(same), checked entry by entry."""
+    D = 10
+    table = sinusoidal_positions(50, D)
+    for pos in (0, 1, 7, 49):
+        for i in range(D // 2):
+            angle = pos / 10000 ** (2 * i / D)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def _batch(model, B=2, S=6, T=5, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, model.cfg.src_vocab_size, (B, S), generator=g)
+    tgt = torch.randint(4, model.cfg.tgt_vocab_size, (B, T), generator=g)
+    return src, tgt
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_causal_mask_hides_the_future(pre_norm):
+    """Changing target token j leaves the outputs at positions < j unchanged (and changes j)."""
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config(pre_norm=pre_norm)).eval()
+    src, tgt = _batch(model)
+    base = model(src, tgt)
+    j = 3
+    changed = tgt.clone()
+    changed[:, j] = (changed[:, j] + 1 - 4) % (model.cfg.tgt_vocab_size - 4) + 4
+    out = model(src, changed)
+    torch.testing.assert_close(out[:, :j], base[:, :j], atol=1e-6, rtol=0)
+    assert not torch.allclose(out[:, j], base[:, j])
+
+
+def test_padding_changes_nothing_real():
+    """Appending pad tokens to source and target leaves every real position's output unchanged."""
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config()).eval()
+    src, tgt = _batch(model)
+    mask = src != 0
+    memory = model.encode(src, mask)
+    logits = model(src, tgt)
+    pad_src = torch.cat([src, torch.zeros(2, 4, dtype=torch.long)], dim=1)
+    pad_tgt = torch.cat([tgt, torch.zeros(2, 3, dtype=torch.long)], dim=1)
+    torch.testing.assert_close(model.encode(pad_src, pad_src != 0)[:, :6], memory, atol=1e-5, rtol=0)
+    torch.testing.assert_close(model(pad_src, pad_tgt)[:, :5], logits, atol=1e-5, rtol=0)
+
+
+def test_tied_and_shared_embeddings():
+    """Output projection is the target embedding; source and target share one matrix when joint."""
+    model = Seq2Seq(tiny_config())
+    assert model.src_embed.weight is model.tgt_embed.weight and model.out_proj is None
+    untied = Seq2Seq(tiny_config(share_embeddings=False, tie_output=False, src_vocab_size=30))
+    assert untied.src_embed.weight is not untied.tgt_embed.weight
+    assert untied.out_proj.weight.shape == (24, 32)
+
+
+def test_save_load_in_fresh_process_gives_identical_logits(tmp_path, enzh_tokenizer):
+    """Save, load in a new Python process, and the logits are bit-identical."""
+    from mtcli.tokenizer import Tokenizer
+
+    vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config(vocab=vocab)).eval()
+    save_model(model, tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer, src_lang="en", tgt_lang="zh"))
+    src, tgt = _batch(model)
+    expected = model(src, tgt)
+    torch.save({"src": src, "tgt": tgt}, tmp_path / "inputs.pt")
+    code = (
+        "import sys, torch; from mtcli.checkpoint import load_model;"
+        "m = load_model(sys.argv[1]).model; d = torch.load(sys.argv[2]);"
+        "torch.save(m(d['src'], d['tgt']), sys.argv[3])"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "m"), str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")], check=True)
+    assert torch.equal(torch.load(tmp_path / "out.pt"), expected)
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["model"]["d_model"] == 32 and config["format"] == 1 and config["tgt_lang"] == "zh"
+
+
+def test_fp16_weights_load_as_fp32(tmp_path, enzh_tokenizer):
+    """A model stored in fp16 loads back as fp32 with weights equal to the rounded originals."""
+    from mtcli.tokenizer import Tokenizer
+
+    vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
+    model = Seq2Seq(tiny_config(vocab=vocab))
+    save_model(model, tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer, dtype=torch.float16))
+    loaded = load_model(tmp_path / "m").model
+    w = loaded.decoder_layers[0].ffn.up.weight
+    assert w.dtype == torch.float32
+    assert torch.equal(w, model.decoder_layers[0].ffn.up.weight.half().float())
+
+
+def test_mismatched_tokenizer_is_refused(tmp_path, enzh_tokenizer, enzh_files):
+    """A model directory whose tokenizer differs from the recorded one gives a one-line error."""
+    from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
+
+    vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
+    save_model(Seq2Seq(tiny_config(vocab=vocab)), tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer))
+    src, tgt = enzh_files
+    train_tokenizer(src, tgt, tmp_path / "other", TokenizerOptions(vocab_size=90))
+    (tmp_path / "m" / "spm.model").write_bytes((tmp_path / "other" / "spm.model").read_bytes())
+    with pytest.raises(UserError, match="does not match"):
+        load_model(tmp_path / "m")

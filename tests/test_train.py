@@ -1,0 +1,132 @@
+"""Training: the copy task, schedule, exact resume, Ctrl-C safety, checkpoints, torchrun/DDP."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from mtcli.checkpoint import load_model
+from mtcli.config import TrainConfig
+from mtcli.data import pad, padding_mask
+from mtcli.decode import greedy
+from mtcli.tokenizer import EOS_ID
+from mtcli.train import lr_at, train
+from tests.conftest import REPO, copy_tokenizer, copy_train_config, write_lines
+
+
+def test_lr_schedule_matches_the_paper():
+    """lr = factor * D^-0.5 * min(step^-0.5, step * warmup^-1.5): linear rise, peak at warm-up, 1/sqrt decay."""
+    cfg = TrainConfig(lr_factor=2.0, warmup=100)
+    assert lr_at(50, cfg, 256) == pytest.approx(2.0 / 16 * 50 * 100**-1.5)
+    assert lr_at(100, cfg, 256) == pytest.approx(2.0 / 16 / 10)
+    assert lr_at(400, cfg, 256) == pytest.approx(2.0 / 16 / 20)
+    assert max(range(1, 1000), key=lambda s: lr_at(s, cfg, 256)) == 100
+
+
+def test_copy_task_is_learned_exactly(copy_model_dir, copy_lines):
+    """A tiny model overfits 32 copy pairs within 300 steps: greedy reproduces every input exactly."""
+    loaded = load_model(copy_model_dir)
+    tok = loaded.tokenizer
+    src = pad([tok.encode_src(line) + [EOS_ID] for line in copy_lines])
+    hyps = greedy(loaded.model, src, padding_mask(src))
+    outputs = [tok.decode_tgt(h.tokens) for h in hyps]
+    assert outputs == copy_lines
+    assert loaded.config["valid"]["bleu"] == pytest.approx(100.0)
+
+
+def test_checkpoint_layout(copy_model_dir):
+    """best/ and last/ are self-describing; last/ can resume; only --keep step dirs remain."""
+    run = copy_model_dir.parent
+    names = sorted(p.name for p in run.iterdir())
+    assert {"best", "last", "tokenizer"} <= set(names) or {"best", "last"} <= set(names)
+    assert sorted(p.name for p in run.glob("step-*")) == ["step-100", "step-200", "step-300"]
+    assert (run / "last" / "trainer_state.pt").is_file()
+    assert not (run / "best" / "trainer_state.pt").exists()
+    assert not list(run.glob("*.tmp-*")) and not list(run.glob("*.old"))
+
+
+def test_resume_gives_the_same_losses(tmp_path):
+    """Interrupted at step 4 and resumed = an uninterrupted run with the same seed (CPU, fp32)."""
+    tok = copy_tokenizer(tmp_path)
+    base = copy_train_config(tmp_path, tok, max_tokens=96, max_steps=10, valid_every=4, model=dataclasses.replace(
+        copy_train_config(tmp_path, tok).model, dropout=0.3))  # dropout: the RNG state must be restored too
+    straight = train(dataclasses.replace(base, out=str(tmp_path / "a")))
+    first = train(dataclasses.replace(base, out=str(tmp_path / "b"), max_steps=4))
+    second = train(dataclasses.replace(base, out=str(tmp_path / "b")), resume=str(tmp_path / "b" / "last"))
+    assert len(straight.losses) == 10 and len(first.losses) == 4 and len(second.losses) == 6
+    assert first.losses + second.losses == straight.losses
+    a, b = load_model(tmp_path / "a" / "last").model, load_model(tmp_path / "b" / "last").model
+    for (name, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(pa, pb), name
+
+
+@pytest.mark.slow
+def test_sigint_saves_a_resumable_last(tmp_path):
+    """SIGINT during `mtcli train` finishes the step, saves a loadable last/, exits 130."""
+    tok = copy_tokenizer(tmp_path)
+    cfg = copy_train_config(tmp_path, tok)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mtcli", "train", "--src", cfg.src, "--tgt", cfg.tgt, "--tokenizer", str(tok),
+         "--out", str(tmp_path / "run"), "--max-steps", "100000", "--log-every", "1", "--d-model", "32",
+         "--n-heads", "2", "--d-ff", "64", "--n-enc-layers", "1", "--n-dec-layers", "1", "--max-tokens", "256"],
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+    )
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen.append(line)
+        if "step 5 " in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "Traceback" not in err and "--resume" in err
+    loaded = load_model(tmp_path / "run" / "last")
+    state = torch.load(tmp_path / "run" / "last" / "trainer_state.pt", weights_only=True)
+    assert state["step"] >= 5 and loaded.model.cfg.d_model == 32
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes(tmp_path):
+    """`torchrun --nproc_per_node=2 -m mtcli train` (gloo, CPU) finishes and its checkpoint loads."""
+    tok = copy_tokenizer(tmp_path)
+    cfg = copy_train_config(tmp_path, tok)
+    out = tmp_path / "ddp"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517", "-m", "mtcli",
+         "train", "--src", cfg.src, "--tgt", cfg.tgt, "--valid-src", cfg.src, "--valid-tgt", cfg.tgt,
+         "--tokenizer", str(tok), "--out", str(out), "--max-steps", "6", "--valid-every", "3",
+         "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--max-tokens", "128", "--threads", "1"],
+        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 process(es)" in proc.stderr
+    loaded = load_model(out / "last")
+    state = torch.load(out / "last" / "trainer_state.pt", weights_only=True)
+    assert state["step"] == 6 and loaded.model.cfg.d_model == 32
+    assert (out / "best" / "config.json").is_file()
+
+
+def test_train_flags_override_toml(tmp_path):
+    """A TOML config sets fields, flags win, unknown keys name the file."""
+    from click.testing import CliRunner
+
+    from mtcli.cli import main
+    from mtcli.cli.common import train_config_from
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('max_tokens = 1000\nwarmup = 10\n[model]\nd_model = 64\nn_heads = 2\n')
+    cfg = train_config_from(str(toml), {"warmup": 20, "model.n_heads": 4})
+    assert (cfg.max_tokens, cfg.warmup, cfg.model.d_model, cfg.model.n_heads) == (1000, 20, 64, 4)
+    toml.write_text("max_tokenz = 3\n")
+    src = write_lines(tmp_path / "s", ["a"])
+    result = CliRunner().invoke(main, ["train", "--config", str(toml), "--src", str(src), "--tgt", str(src)])
+    assert result.exit_code == 2 and f"{toml}: unknown setting(s): max_tokenz" in result.output

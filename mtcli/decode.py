@@ -121,11 +121,12 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """Beam search. src_ids, src_mask (B, S) -> for each sentence its `nbest` best hypotheses.
 
-    Each step ranks the 2k best continuations of the k live beams. An EOS continuation that
-    ranks inside the top k finishes a hypothesis (it used up a beam slot, as in fairseq, so a
-    beam of 1 is exactly greedy); the best k non-EOS continuations stay live. A sentence is
-    done when k hypotheses have finished, or when its best live raw score, divided by the
-    largest length penalty it could still reach, cannot beat the nbest-th finished score.
+    Each step keeps the k best continuations of the live beams. Those that end in EOS are
+    finished and keep their slot, so the beam narrows as hypotheses finish (as in Marian and
+    Nematus): a beam of 1 is exactly greedy, and a beam as wide as the number of possible
+    outputs is exhaustive search. A sentence is done when no beam is live, or when its best
+    live raw score, divided by the largest length penalty it could still reach, cannot beat
+    its nbest-th finished score.
     """
     device, k = src_ids.device, beam_size
     B = src_ids.size(0)
@@ -144,7 +145,6 @@ def beam_search(
     alive_raw[:, 0] = 0.0  # one real start; the copies would only duplicate it
     fin_tokens = torch.full((B, k, n_steps), PAD_ID, dtype=torch.long, device=device)
     fin_scores = torch.full((B, k), NEG_INF, device=device)  # normalised
-    n_finished = torch.zeros(B, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     last = torch.full((B * k, 1), BOS_ID, dtype=torch.long, device=device)
     sentence_base = (torch.arange(B, device=device) * k)[:, None]  # (B, 1): first row of each sentence
@@ -155,38 +155,28 @@ def beam_search(
         log_probs = _force_eos(log_probs, step >= row_max)
         V = log_probs.size(-1)
         cand = (alive_raw[:, :, None] + log_probs.view(B, k, V)).view(B, k * V)  # (B, k*V)
-        n_cand = min(2 * k, k * V)
-        top_raw, top_idx = cand.topk(n_cand, dim=1)  # (B, 2k), best first
-        top_beam, top_token = top_idx // V, top_idx % V  # (B, 2k)
-        is_eos = top_token == EOS_ID
-        n_out = step + 1  # output length of a candidate, EOS included
+        top_raw, top_idx = cand.topk(k, dim=1)  # (B, k), best first; dead beams give -inf
+        top_beam, top_token = top_idx // V, top_idx % V  # (B, k)
+        is_eos = (top_token == EOS_ID) & torch.isfinite(top_raw)
 
-        # finish EOS candidates ranked inside the top k, in sentences still searching
-        finishing = is_eos & (torch.arange(n_cand, device=device) < k)[None, :] & ~done[:, None]
-        new_scores = torch.where(finishing, top_raw / length_penalty(n_out, alpha), NEG_INF)  # (B, 2k)
-        prefix = alive_tokens.gather(1, top_beam[:, :, None].expand(-1, -1, step))  # (B, 2k, step)
-        new_tokens = torch.full((B, n_cand, n_steps), PAD_ID, dtype=torch.long, device=device)
+        # EOS continuations join the finished pool (sorted, k kept), scored with the length penalty
+        finishing = is_eos & ~done[:, None]
+        new_scores = torch.where(finishing, top_raw / length_penalty(step + 1, alpha), NEG_INF)  # (B, k)
+        prefix = alive_tokens.gather(1, top_beam[:, :, None].expand(-1, -1, step))  # (B, k, step)
+        new_tokens = torch.full((B, k, n_steps), PAD_ID, dtype=torch.long, device=device)
         new_tokens[:, :, :step] = prefix
         new_tokens[:, :, step] = EOS_ID
-        n_finished += finishing.sum(dim=1)
-        all_scores = torch.cat([fin_scores, new_scores], dim=1)  # (B, k + 2k)
-        fin_scores, keep = all_scores.topk(k, dim=1)  # (B, k)
-        all_tokens = torch.cat([fin_tokens, new_tokens], dim=1)  # (B, 3k, n_steps)
+        fin_scores, keep = torch.cat([fin_scores, new_scores], dim=1).topk(k, dim=1)  # (B, k)
+        all_tokens = torch.cat([fin_tokens, new_tokens], dim=1)  # (B, 2k, n_steps)
         fin_tokens = all_tokens.gather(1, keep[:, :, None].expand(-1, -1, n_steps))
 
-        # the best k non-EOS candidates stay live
-        live_raw = top_raw.masked_fill(is_eos, NEG_INF)
-        alive_raw, pick = live_raw.topk(k, dim=1)  # (B, k)
-        beam_src = top_beam.gather(1, pick)  # (B, k): which old beam each new one extends
-        next_token = top_token.gather(1, pick)  # (B, k)
-        alive_tokens = torch.cat(
-            [alive_tokens.gather(1, beam_src[:, :, None].expand(-1, -1, step)), next_token[:, :, None]],
-            dim=2,
-        )  # (B, k, step + 1)
-        cache.reorder((sentence_base + beam_src).view(-1))
-        last = next_token.view(B * k, 1)
+        # the other continuations stay live; a finished slot is dead (-inf) from now on
+        alive_raw = top_raw.masked_fill(is_eos, NEG_INF)
+        alive_tokens = torch.cat([prefix, top_token[:, :, None]], dim=2)  # (B, k, step + 1)
+        cache.reorder((sentence_base + top_beam).view(-1))
+        last = top_token.view(B * k, 1)
 
-        done |= _sentences_done(alive_raw, fin_scores, n_finished, max_lens, k, nbest, alpha)
+        done |= _sentences_done(alive_raw, fin_scores, max_lens, nbest, alpha)
         done |= step >= max_lens  # the forced EOS has been taken
         if bool(done.all()):
             break
@@ -194,18 +184,14 @@ def beam_search(
     return _collect(fin_tokens, fin_scores, nbest)
 
 
-def _sentences_done(
-    alive_raw: Tensor, fin_scores: Tensor, n_finished: Tensor, max_lens: Tensor, k: int, nbest: int, alpha: float
-) -> Tensor:
+def _sentences_done(alive_raw: Tensor, fin_scores: Tensor, max_lens: Tensor, nbest: int, alpha: float) -> Tensor:
     """(B,) bool: nothing live can still enter a sentence's n-best list."""
-    full = n_finished >= k
     best_alive = alive_raw.max(dim=1).values  # (B,) raw log-prob, only falls from here
+    no_live = torch.isinf(best_alive)
     # raw scores are negative and only fall; the largest penalty is at the longest output
     bound = best_alive / length_penalty((max_lens + 1).float(), alpha)
-    nth_finished = fin_scores[:, nbest - 1]
-    hopeless = (n_finished >= nbest) & (bound <= nth_finished)
-    no_live = torch.isinf(best_alive)
-    return full | hopeless | no_live
+    hopeless = bound <= fin_scores[:, nbest - 1]  # -inf until nbest hypotheses have finished
+    return no_live | hopeless
 
 
 def _collect(fin_tokens: Tensor, fin_scores: Tensor, nbest: int) -> list[list[Hypothesis]]:

@@ -12,7 +12,6 @@ from sacrebleu.significance import PairedTest
 
 from mtcli.errors import UserError
 
-CJK_TOKENIZERS = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
 
 
 def bleu_tokenizer_for(lang: str) -> str:
@@ -71,23 +70,39 @@ def bleu(hyps: list[str], refs: list[str], tokenize: str = "13a") -> float:
     return BLEU(tokenize=tokenize).corpus_score(hyps, [refs]).score
 
 
-def compare_systems(
-    systems: dict[str, list[str]], refs: list[list[str]], opts: MetricOptions, *, n_samples: int = 1000, seed: int = 12345
-) -> dict[str, list[Score]]:
-    """Paired bootstrap resampling (sacrebleu's paired-bs); the first system is the baseline.
+def confidence(hyps: list[str], refs: list[list[str]], opts: MetricOptions, *, n_samples: int = 1000) -> list[Score]:
+    """Scores with 95% bootstrap confidence intervals for one system (sacrebleu's n_bootstrap)."""
+    out = []
+    for metric in make_metrics(opts).values():
+        result = metric.corpus_score(hyps, refs, n_bootstrap=n_samples)
+        metric_sig = metric.get_signature()
+        out.append(Score(result.name, result.score, str(metric_sig), ci=result._ci))
+    return out
 
-    With a single system this gives bootstrap confidence intervals for it.
+
+def compare_systems(
+    systems: list[tuple[str, list[str]]], refs: list[list[str]], opts: MetricOptions, *, n_samples: int = 1000
+) -> dict[str, list[Score]]:
+    """Paired bootstrap resampling (sacrebleu's paired-bs) against the first (baseline) system.
+
+    Returns each system's scores with 95% intervals and, except for the baseline, p-values.
     """
     metrics = make_metrics(opts)
-    test = PairedTest(
-        systems, metrics, references=refs, test_type="bs", n_samples=n_samples, seed=seed
-    )
+    test = PairedTest(systems, metrics, references=refs, test_type="bs", n_samples=n_samples)
     signatures, results = test()
+    baseline = systems[0][1]
     out: dict[str, list[Score]] = {}
-    for name, per_metric in results.items():
+    for i, (name, hyps) in enumerate(systems):
         scores = []
-        for key, result in per_metric.items():
-            sig = str(signatures[key]) if key in signatures else ""
-            scores.append(Score(result.name, result.score, sig, result.mean and result.ci, result.p_value))
+        for metric_name, column in results.items():
+            if metric_name == "System":
+                continue
+            r = column[i]
+            p_value = r.p_value
+            if i > 0 and hyps == baseline:
+                # identical output cannot differ; sacrebleu's strict-inequality count would
+                # report the smallest possible p-value (1/(n+1)) here instead
+                p_value = 1.0
+            scores.append(Score(metric_name, r.score, str(signatures[metric_name]), r.ci, p_value))
         out[name] = scores
     return out

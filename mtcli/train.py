@@ -76,7 +76,7 @@ Report = StepReport | ValidReport | Message
 @dataclass
 class TrainResult:
     step: int
-    best: float | None  # best validation BLEU (or -loss when BLEU is off)
+    best: list[float] | None  # best validation [BLEU, -loss] (BLEU 0 when it is off)
     losses: list[float] = field(default_factory=list)  # one per optimizer step of this run
     out: Path = Path()
 
@@ -415,8 +415,9 @@ def _validate_and_save(model, tokenizer, valid_set, valid_src, valid_ref, cfg, d
     score = None
     if cfg.valid_bleu_lines and valid_src:
         score = validate_bleu(model, tokenizer, valid_src, valid_ref, cfg, device)
-    metric = score if score is not None else -loss
-    improved = best is None or metric > best
+    # BLEU first; the loss breaks ties (BLEU saturates on easy sets long before the loss does)
+    metric = [score if score is not None else 0.0, -loss]
+    improved = best is None or metric > list(best)
     if improved:
         best, bad_valids = metric, 0
     else:

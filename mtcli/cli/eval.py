@@ -1,11 +1,101 @@
-"""`mtcli eval` (filled in by the evaluation work)."""
+"""`mtcli eval`: translate-then-score, or score existing output; one system or several."""
 
 from __future__ import annotations
 
+import json
+import sys
+
 import click
+from rich.console import Console
+from rich.table import Table
+
+from mtcli.checkpoint import load_model
+from mtcli.cli.common import build_decode_config, decode_options, default_model_dir, warn
+from mtcli.data import read_lines
+from mtcli.evaluate import MetricOptions, Score, bleu_tokenizer_for, check_lengths, compare_systems, confidence, score_system
+from mtcli.train import pick_device
+from mtcli.translate import Translator
+
+
+def _read(path: str) -> list[str]:
+    if path == "-":
+        return [line.rstrip("\r\n") for line in sys.stdin]
+    return list(read_lines(path))
+
+
+def _translate_source(model: str | None, src: str, device: str, decode: dict) -> tuple[list[str], str]:
+    """Translate a source file with a model; also returns the model's target language."""
+    loaded = load_model(default_model_dir(model), pick_device(device))
+    translator = Translator(loaded.model, loaded.tokenizer, build_decode_config(**decode),
+                            device=pick_device(device), warn=warn)
+    return [t.text for t in translator.translate_stream(_read(src))], loaded.tgt_lang
+
+
+def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
+    table = Table(title=f"{n_lines} segments", title_justify="left")
+    table.add_column("system")
+    first = next(iter(results.values()))
+    for s in first:
+        table.add_column(s.name, justify="right")
+    for name, scores in results.items():
+        cells = []
+        for s in scores:
+            cell = f"{s.score:.2f}"
+            if s.ci is not None:
+                cell += f" ± {s.ci:.2f}"
+            if s.p_value is not None:
+                cell += f" (p={s.p_value:.4f}{'*' if s.p_value < 0.05 else ''})"
+            cells.append(cell)
+        table.add_row(name, *cells)
+    table.caption = "\n".join(f"{s.name}: {s.signature}" for s in first)
+    table.caption_justify = "left"
+    return table
 
 
 @click.command("eval")
-def eval_command() -> None:
-    """Score translations with BLEU, chrF and TER (sacrebleu)."""
-    raise click.ClickException("not yet")
+@click.option("--ref", "-r", "refs", multiple=True, required=True, help="Reference file (repeat for several references).")
+@click.option("--hyp", "hyps", multiple=True, help="Hypothesis file, '-' = stdin (repeat to compare systems).")
+@click.option("--src", help="Source file to translate with --model and then score.")
+@click.option("--model", "-m", help="Model directory (with --src).  [default: $MTCLI_MODEL, then the shipped model]")
+@click.option("--tgt-lang", help="Target language, for the BLEU tokenizer when no model says it.")
+@click.option("--tokenize", help="sacrebleu BLEU tokenizer (default: zh for Chinese, else 13a).")
+@click.option("--chrf-word-order", default=0, show_default=True, type=click.IntRange(0, 2), help="2 = chrF++.")
+@click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
+@click.option("--confidence", "with_confidence", is_flag=True, help="Bootstrap 95% intervals for one system.")
+@click.option("--bootstrap", default=1000, show_default=True, help="Bootstrap resamples.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout instead of a table.")
+@decode_options
+def eval_command(refs, hyps, src, model, tgt_lang, tokenize, chrf_word_order, metrics, with_confidence, bootstrap,
+                 as_json, device, **decode) -> None:
+    """Score translations with BLEU, chrF and TER (sacrebleu), with signatures."""
+    if bool(src) == bool(hyps):
+        raise click.UsageError("give either --src (to translate with a model) or --hyp files")
+    names = [m.strip() for m in metrics.split(",") if m.strip()]
+    if bad := [m for m in names if m not in ("bleu", "chrf", "ter")]:
+        raise click.BadParameter(f"unknown metric(s) {', '.join(bad)}", param_hint="--metrics")
+    ref_lines = [_read(r) for r in refs]
+    if src:
+        out, model_lang = _translate_source(model, src, device, decode)
+        systems = [(model or "model", out)]
+        tgt_lang = tgt_lang or model_lang
+    else:
+        if list(hyps).count("-") > 1:
+            raise click.BadParameter("stdin can be read once", param_hint="--hyp")
+        systems = [("stdin" if h == "-" else h, _read(h)) for h in hyps]
+    for name, lines in systems:
+        check_lengths(lines, ref_lines, name, list(refs))
+    opts = MetricOptions(tokenize or bleu_tokenizer_for(tgt_lang or ""), chrf_word_order, tuple(names))
+    if len(systems) > 1:
+        results = compare_systems(systems, ref_lines, opts, n_samples=bootstrap)
+    elif with_confidence:
+        results = {systems[0][0]: confidence(systems[0][1], ref_lines, opts, n_samples=bootstrap)}
+    else:
+        results = {systems[0][0]: score_system(systems[0][1], ref_lines, opts)}
+    n_lines = len(ref_lines[0])
+    if as_json:
+        record = {"segments": n_lines, "tokenize": opts.tokenize, "systems": {
+            name: {s.name: {k: v for k, v in vars(s).items() if v is not None} for s in scores}
+            for name, scores in results.items()}}
+        click.echo(json.dumps(record, ensure_ascii=False))
+    else:
+        Console(highlight=False).print(_table(results, n_lines))

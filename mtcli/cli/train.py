@@ -118,5 +118,7 @@ def train_command(config_path, resume, **flags) -> None:
     echo_config(cfg)
     with ProgressReporter() as reporter:
         result = train(cfg, reporter, resume=resume)
-    best = f"best validation {result.best:.2f}" if result.best is not None else "no validation"
+    best = "no validation"
+    if result.best is not None:
+        best = f"best validation BLEU {result.best[0]:.2f}, loss {-result.best[1]:.3f}"
     console.print(f"done at step {result.step}; {best}; checkpoints in {result.out}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 
@@ -11,7 +12,7 @@ import torch
 from mtcli.checkpoint import load_model
 from mtcli.cli.common import build_decode_config, console, decode_options, default_model_dir, warn
 from mtcli.train import pick_device
-from mtcli.translate import Translation, Translator
+from mtcli.translate import Translation, Translator, read_chunks
 
 
 def format_result(t: Translation, fmt: str) -> str:
@@ -22,6 +23,20 @@ def format_result(t: Translation, fmt: str) -> str:
     record = {"source": t.source, "translation": t.text, "score": round(t.score, 4),
               "nbest": [{"translation": s, "score": round(sc, 4)} for s, sc in t.nbest]}
     return json.dumps(record, ensure_ascii=False)
+
+
+def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
+    """TEXT as one line; else chunks read straight from the file descriptor (streams early)."""
+    if text:
+        return [" ".join(text)]
+    source = input_file or sys.stdin
+    if source is sys.stdin and sys.stdin.isatty():
+        console.print("[dim]reading lines from stdin (Ctrl-D to end)[/]")
+    try:
+        fd = source.fileno()
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        return source  # an in-memory stream (tests): plain lines
+    return read_chunks(fd, chunk_lines, getattr(source, "name", "stdin"))
 
 
 @click.command("translate")
@@ -43,14 +58,7 @@ def translate_command(text, model, input_file, output_file, fmt, quantize, quiet
         net = torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8)
     translator = Translator(net, loaded.tokenizer, cfg, device=pick_device(device),
                             warn=(lambda m: None) if quiet else warn)
-    if text:
-        lines = [" ".join(text)]
-    else:
-        source = input_file or sys.stdin
-        if source is sys.stdin and sys.stdin.isatty():
-            console.print("[dim]reading lines from stdin (Ctrl-D to end)[/]")
-        lines = source
-    for result in translator.translate_stream(lines):
+    for result in translator.translate_stream(_input_lines(text, input_file, cfg.chunk_lines)):
         output_file.write(format_result(result, fmt) + "\n")
         output_file.flush()
 

@@ -1,0 +1,102 @@
+"""`mtcli translate` as a pipeline filter: one line out per line in, order kept, streaming."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from mtcli.checkpoint import load_model
+from mtcli.cli import main
+from mtcli.config import DecodeConfig
+from mtcli.errors import UserError
+from mtcli.translate import Translator, read_chunks
+from tests.conftest import run_mtcli, write_lines
+
+
+@pytest.mark.slow
+def test_pipeline_keeps_one_line_per_line(tmp_path, copy_model_dir, copy_lines):
+    """1,000 lines with empty lines and a 5,000-word line -> exactly 1,000 aligned output lines."""
+    rng = random.Random(0)
+    lines = [rng.choice(copy_lines) for _ in range(1000)]
+    for i in rng.sample(range(1000), 50):
+        lines[i] = ""
+    long_index = 500
+    lines[long_index] = " ".join(rng.choice("abcdefghij") for _ in range(5000))
+    proc = run_mtcli("translate", "-m", str(copy_model_dir), "--beam-size", "2", input="\n".join(lines) + "\n")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.split("\n")
+    assert out[-1] == "" and len(out) - 1 == 1000
+    for i, (src, hyp) in enumerate(zip(lines, out, strict=False)):
+        if i != long_index:
+            assert hyp == src, f"line {i + 1}"  # the copy model reproduces its inputs: alignment is visible
+    assert proc.stderr.count("truncated") == 1  # one warning for the long line, not one per batch
+
+
+def test_text_argument_and_formats(copy_model_dir, copy_lines):
+    """TEXT argument, tsv and jsonl (with n-best) formats; results only on stdout."""
+    runner = CliRunner()
+    line = copy_lines[0]
+    result = runner.invoke(main, ["translate", "-m", str(copy_model_dir), line])
+    assert result.exit_code == 0 and result.stdout == line + "\n"
+    result = runner.invoke(main, ["translate", "-m", str(copy_model_dir), "--format", "jsonl", "--nbest", "3"],
+                           input=f"{line}\n\n")
+    records = [json.loads(r) for r in result.stdout.splitlines()]
+    assert [r["source"] for r in records] == [line, ""]
+    assert records[0]["translation"] == line and len(records[0]["nbest"]) == 3
+    scores = [h["score"] for h in records[0]["nbest"]]
+    assert scores == sorted(scores, reverse=True)
+    result = runner.invoke(main, ["translate", "-m", str(copy_model_dir), "--format", "tsv", "--greedy", line])
+    src, hyp, score = result.stdout.rstrip("\n").split("\t")
+    assert (src, hyp) == (line, line) and float(score) < 0
+
+
+def test_input_output_files_and_env_model(tmp_path, copy_model_dir, copy_lines):
+    """-i/-o files, and $MTCLI_MODEL when -m is absent."""
+    src = write_lines(tmp_path / "in.txt", copy_lines[:5])
+    out = tmp_path / "out.txt"
+    result = CliRunner().invoke(main, ["translate", "-i", str(src), "-o", str(out)], env={"MTCLI_MODEL": str(copy_model_dir)})
+    assert result.exit_code == 0, result.output
+    assert out.read_text().splitlines() == copy_lines[:5]
+
+
+def test_missing_model_is_a_one_line_error(tmp_path):
+    """A missing model directory names the path and the option it came from."""
+    result = CliRunner().invoke(main, ["translate", "-m", str(tmp_path / "none"), "hi"])
+    assert result.exit_code == 2 and f"{tmp_path / 'none'}: no such model directory (-m)" in result.output
+
+
+def test_read_chunks_streams_before_input_ends():
+    """A chunk is handed on as soon as no more input is waiting (tail -f makes progress)."""
+    r, w = os.pipe()
+    chunks = read_chunks(r, max_lines=1000)
+    os.write(w, "one\ntwo\n".encode())
+    assert next(chunks) == ["one", "two"]  # would block forever if it waited for 1,000 lines or EOF
+    threading.Timer(0.05, lambda: (os.write(w, b"three\nfour"), os.close(w))).start()
+    assert next(chunks) == ["three", "four"]
+    os.close(r)
+
+
+def test_read_chunks_caps_chunk_size_and_reports_bad_utf8():
+    """Chunks never exceed max_lines; invalid UTF-8 names the line."""
+    r, w = os.pipe()
+    os.write(w, b"".join(b"%d\n" % i for i in range(25)))
+    os.close(w)
+    assert [len(c) for c in read_chunks(r, max_lines=10)] == [10, 10, 5]
+    r, w = os.pipe()
+    os.write(w, b"ok\n\xff\n")
+    os.close(w)
+    with pytest.raises(UserError, match="stdin:2: invalid UTF-8"):
+        list(read_chunks(r, max_lines=10))
+
+
+def test_chunked_translation_keeps_order(copy_model_dir, copy_lines):
+    """Sorting by length inside chunks never changes the output order."""
+    loaded = load_model(copy_model_dir)
+    translator = Translator(loaded.model, loaded.tokenizer, DecodeConfig(beam_size=2, chunk_lines=7, batch_tokens=40))
+    results = [t.text for t in translator.translate_stream(copy_lines)]
+    assert results == copy_lines

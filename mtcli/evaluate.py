@@ -70,13 +70,18 @@ def bleu(hyps: list[str], refs: list[str], tokenize: str = "13a") -> float:
     return BLEU(tokenize=tokenize).corpus_score(hyps, [refs]).score
 
 
+def _float(x) -> float | None:
+    """sacrebleu's bootstrap returns numpy scalars; JSON wants plain floats."""
+    return None if x is None else float(x)
+
+
 def confidence(hyps: list[str], refs: list[list[str]], opts: MetricOptions, *, n_samples: int = 1000) -> list[Score]:
     """Scores with 95% bootstrap confidence intervals for one system (sacrebleu's n_bootstrap)."""
     out = []
     for metric in make_metrics(opts).values():
         result = metric.corpus_score(hyps, refs, n_bootstrap=n_samples)
         metric_sig = metric.get_signature()
-        out.append(Score(result.name, result.score, str(metric_sig), ci=result._ci))
+        out.append(Score(result.name, float(result.score), str(metric_sig), ci=float(result._ci)))
     return out
 
 
@@ -103,6 +108,6 @@ def compare_systems(
                 # identical output cannot differ; sacrebleu's strict-inequality count would
                 # report the smallest possible p-value (1/(n+1)) here instead
                 p_value = 1.0
-            scores.append(Score(metric_name, r.score, str(signatures[metric_name]), r.ci, p_value))
+            scores.append(Score(metric_name, float(r.score), str(signatures[metric_name]), _float(r.ci), _float(p_value)))
         out[name] = scores
     return out

@@ -1,0 +1,156 @@
+"""`mtcli data prepare`: download over HTTP (local server), checksums, normalisation, splits."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.server
+import io
+import json
+import threading
+import zipfile
+
+import pytest
+
+from mtcli import prepare as P
+from mtcli.errors import UserError
+from tests.conftest import TATOEBA
+
+ROWS = [
+    ("Go.", "走。", "CC-BY 2.0 (France) Attribution: tatoeba.org #1 (a) & #2 (b)"),
+    ("Go!", "走吧！", "CC-BY 2.0 (France) Attribution: tatoeba.org #3 (a) & #4 (b)"),
+    ("go", "去。", "CC-BY 2.0 (France) Attribution: tatoeba.org #5 (a) & #6 (b)"),
+    ("We   talk.", "我們說話。", "CC-BY 2.0 (France) Attribution: tatoeba.org #7 (a) & #8 (b)"),
+    ("We talk.", "我们说话。", "CC-BY 2.0 (France) Attribution: tatoeba.org #9 (a) & #10 (b)"),
+] + [(f"Sentence number {i}.", f"第{i}句。", f"CC-BY 2.0 (France) Attribution: tatoeba.org #{i} (c) & #{i} (d)") for i in range(40)]
+
+
+def _archive() -> tuple[bytes, bytes]:
+    text = "".join("\t".join(r) + "\n" for r in ROWS).encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("cmn.txt", text)
+        z.writestr("_about.txt", "about")
+    return buf.getvalue(), text
+
+
+class _Server:
+    """A local HTTP server with Range support, serving one payload at /cmn-eng.zip."""
+
+    def __init__(self, payload: bytes):
+        self.payload, self.requests = payload, []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.requests.append(self.headers.get("Range"))
+                body, status = outer.payload, 200
+                if rng := self.headers.get("Range"):
+                    start = int(rng.removeprefix("bytes=").rstrip("-"))
+                    body, status = outer.payload[start:], 206
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/cmn-eng.zip"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """Point the tatoeba spec at a local server holding a small archive made here."""
+    zipped, text = _archive()
+    server = _Server(zipped)
+    spec = dataclasses.replace(P.TATOEBA, files=(P.RawFile("cmn-eng.zip", server.url, hashlib.sha256(zipped).hexdigest()),))
+    monkeypatch.setitem(P.CORPORA, "tatoeba-en-zh", spec)
+    monkeypatch.setattr(P, "TATOEBA_TEXT_SHA256", hashlib.sha256(text).hexdigest())
+    yield server
+    server.close()
+
+
+def test_download_prepare_end_to_end(tmp_path, served):
+    """Downloads over HTTP, verifies, converts to Simplified, splits, writes the manifest."""
+    opts = P.PrepareOptions(n_test=4, n_valid=4)
+    manifest = P.prepare("tatoeba-en-zh", tmp_path / "out", opts)
+    out = tmp_path / "out"
+    assert (out / "raw" / "cmn-eng.zip").is_file() and not list(out.glob("raw/*.part"))
+    assert manifest["dropped"] == {"duplicate": 1}  # "We talk." twice once 們/說 become 们/说
+    assert sum(manifest["counts"].values()) == len(ROWS) - 1
+    all_tgt = "".join((out / f"{s}.tgt").read_text() for s in ("train", "valid", "test"))
+    assert "們" not in all_tgt and "我们说话。" in all_tgt
+    attr = (out / "train.attr").read_text().splitlines()
+    assert len(attr) == manifest["counts"]["train"] and attr[0].startswith("tatoeba.org #")
+    assert json.loads((out / "manifest.json").read_text())["license"] == "CC BY 2.0 FR"
+
+
+def test_resumes_a_partial_download(tmp_path, served):
+    """A leftover .part file is continued with a Range request, and the result verifies."""
+    dest = tmp_path / "cmn-eng.zip"
+    (tmp_path / "cmn-eng.zip.part").write_bytes(served.payload[:100])
+    P.download(served.url, dest, hashlib.sha256(served.payload).hexdigest())
+    assert served.requests == ["bytes=100-"]
+    assert dest.read_bytes() == served.payload
+
+
+def test_corrupt_download_fails_cleanly(tmp_path, served):
+    """A checksum mismatch is a one-line error and leaves no partial or prepared files."""
+    served.payload = served.payload[:-10] + b"corrupted!"
+    with pytest.raises(UserError, match="checksum mismatch"):
+        P.prepare("tatoeba-en-zh", tmp_path / "out", P.PrepareOptions())
+    leftovers = [p.name for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert leftovers == []
+
+
+def test_unreachable_server_is_one_line(tmp_path):
+    """A refused connection ends, after the retries, in a clear error naming the URL."""
+    with pytest.raises(UserError, match="download failed after 2 tries"):
+        P.download("http://127.0.0.1:9/none.zip", tmp_path / "x", "", retries=2, timeout=2)
+
+
+def test_normalisation_rules():
+    """NFC and whitespace collapsing; NFKC folds full-width forms only when asked."""
+    assert P.normalize_text("  We \t  talk.\u00a0 ") == "We talk."
+    assert P.normalize_text("Cafe\u0301") == "Café"
+    assert P.normalize_text("你好？") == "你好？"
+    assert P.normalize_text("你好？", "NFKC") == "你好?"
+    assert P.english_key("Go!") == P.english_key("go") == P.english_key("GO.") == "go"
+    assert P.to_simplified(["這個說們"]) == ["这个说们"]
+
+
+def test_split_keeps_source_groups_together():
+    """Pairs sharing an English key (case, final punctuation) land in one split; sizes reached."""
+    pairs = P.Pairs()
+    for i in range(30):
+        pairs.add(f"Sentence {i}.", f"句{i}")
+        if i % 3 == 0:
+            pairs.add(f"sentence {i}!", f"另{i}")
+    splits = P.split_by_source(pairs, n_test=5, n_valid=5, seed=1)
+    keys = {name: {P.english_key(s) for s in p.src} for name, p in splits.items()}
+    assert not keys["train"] & keys["test"] and not keys["train"] & keys["valid"] and not keys["valid"] & keys["test"]
+    assert len(splits["test"]) >= 5 and len(splits["valid"]) >= 5
+    assert sum(map(len, splits.values())) == len(pairs)
+    again = P.split_by_source(pairs, n_test=5, n_valid=5, seed=1)
+    assert again["test"].src == splits["test"].src
+
+
+def test_prepare_real_tatoeba_offline(tmp_path):
+    """--from the shared raw copy: 2,000 test / 1,000 valid pairs, Simplified, no source overlap."""
+    raw = TATOEBA / "raw"
+    if not (raw / "cmn.txt.gz").is_file():
+        pytest.skip(f"{raw} is absent")
+    manifest = P.prepare("tatoeba-en-zh", tmp_path, P.PrepareOptions(from_dir=str(raw)))
+    assert manifest["raw_sha256"]["cmn.txt"] == P.TATOEBA_TEXT_SHA256
+    assert manifest["counts"]["test"] >= 2000 and manifest["counts"]["valid"] >= 1000
+    train_keys = {P.english_key(s) for s in (tmp_path / "train.src").read_text().splitlines()}
+    test_keys = {P.english_key(s) for s in (tmp_path / "test.src").read_text().splitlines()}
+    assert not train_keys & test_keys
+    assert not set("們這說個") & set((tmp_path / "test.tgt").read_text())

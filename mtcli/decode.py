@@ -55,6 +55,29 @@ def _force_eos(log_probs: Tensor, rows: Tensor) -> Tensor:
     return log_probs
 
 
+class _Stepper:
+    """Next-token logits for each row, with the KV cache (one token per step) or without it.
+
+    Without the cache every step re-feeds the whole prefix: the slow reference that the
+    cache must match, kept for tests and benchmarks.
+    """
+
+    def __init__(self, model: Seq2Seq, memory: Tensor, src_mask: Tensor, max_len: int, *, use_cache: bool,
+                 record: AttentionRecord | None = None):
+        self.model, self.memory, self.src_mask = model, memory, src_mask
+        self.cache = model.new_cache(max_len, record) if use_cache else None
+
+    def __call__(self, history: Tensor) -> Tensor:
+        """history (N, t) including BOS -> log-probabilities (N, V) for position t."""
+        new = history[:, -1:] if self.cache is not None else history
+        logits = self.model.decode(new, self.memory, self.src_mask, self.cache)[:, -1]
+        return _mask_never_generated(logits.float().log_softmax(dim=-1))
+
+    def reorder(self, rows: Tensor) -> None:
+        if self.cache is not None:
+            self.cache.reorder(rows)
+
+
 @torch.inference_mode()
 def greedy(
     model: Seq2Seq,
@@ -64,6 +87,7 @@ def greedy(
     max_len_a: float = 1.5,
     max_len_b: int = 10,
     alpha: float = 1.0,
+    use_cache: bool = True,
     record: AttentionRecord | None = None,
 ) -> list[Hypothesis]:
     """Pick the most probable token at each step. src_ids, src_mask (B, S) -> B hypotheses."""
@@ -71,29 +95,23 @@ def greedy(
     limit = model.cfg.max_positions - 1
     max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
     memory = model.encode(src_ids, src_mask)  # (B, S, D)
-    cache = model.new_cache(int(max_lens.max()) + 1, record)
-    last = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src_ids.device)
-    tokens = torch.zeros(B, 0, dtype=torch.long, device=src_ids.device)
+    stepper = _Stepper(model, memory, src_mask, int(max_lens.max()) + 1, use_cache=use_cache, record=record)
+    history = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src_ids.device)  # (B, 1 + t)
     raw = torch.zeros(B, device=src_ids.device)
     lengths = torch.zeros(B, dtype=torch.long, device=src_ids.device)
     done = torch.zeros(B, dtype=torch.bool, device=src_ids.device)
     for step in range(int(max_lens.max()) + 1):
-        logits = model.decode(last, memory, src_mask, cache)[:, -1]  # (B, V)
-        log_probs = _mask_never_generated(logits.float().log_softmax(dim=-1))
-        log_probs = _force_eos(log_probs, step >= max_lens)
+        log_probs = _force_eos(stepper(history), step >= max_lens)  # (B, V)
         best_lp, best = log_probs.max(dim=-1)  # (B,)
         best = best.masked_fill(done, PAD_ID)  # finished rows emit padding
         raw += best_lp.masked_fill(done, 0.0)
         lengths += (~done).long()
-        tokens = torch.cat([tokens, best[:, None]], dim=1)
+        history = torch.cat([history, best[:, None]], dim=1)
         done |= best == EOS_ID
-        last = best[:, None]
         if bool(done.all()):
             break
     scores = raw / length_penalty(lengths.float(), alpha)
-    return [
-        Hypothesis(_strip(tokens[b].tolist()), float(scores[b])) for b in range(B)
-    ]
+    return [Hypothesis(_strip(history[b, 1:].tolist()), float(scores[b])) for b in range(B)]
 
 
 def _strip(ids: list[int]) -> list[int]:
@@ -118,6 +136,7 @@ def beam_search(
     max_len_a: float = 1.5,
     max_len_b: int = 10,
     nbest: int = 1,
+    use_cache: bool = True,
 ) -> list[list[Hypothesis]]:
     """Beam search. src_ids, src_mask (B, S) -> for each sentence its `nbest` best hypotheses.
 
@@ -137,7 +156,7 @@ def beam_search(
     memory = model.encode(src_ids, src_mask)  # (B, S, D)
     memory = memory.repeat_interleave(k, dim=0)  # (B*k, S, D): beams of a sentence are adjacent
     mask = src_mask.repeat_interleave(k, dim=0)  # (B*k, S)
-    cache = model.new_cache(n_steps)
+    stepper = _Stepper(model, memory, mask, n_steps, use_cache=use_cache)
     row_max = max_lens.repeat_interleave(k)  # (B*k,)
 
     alive_tokens = torch.full((B, k, 0), PAD_ID, dtype=torch.long, device=device)  # (B, k, t)
@@ -146,13 +165,12 @@ def beam_search(
     fin_tokens = torch.full((B, k, n_steps), PAD_ID, dtype=torch.long, device=device)
     fin_scores = torch.full((B, k), NEG_INF, device=device)  # normalised
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    last = torch.full((B * k, 1), BOS_ID, dtype=torch.long, device=device)
+    bos = torch.full((B * k, 1), BOS_ID, dtype=torch.long, device=device)
     sentence_base = (torch.arange(B, device=device) * k)[:, None]  # (B, 1): first row of each sentence
 
     for step in range(n_steps):
-        logits = model.decode(last, memory, mask, cache)[:, -1]  # (B*k, V)
-        log_probs = _mask_never_generated(logits.float().log_softmax(dim=-1))
-        log_probs = _force_eos(log_probs, step >= row_max)
+        history = torch.cat([bos, alive_tokens.view(B * k, step)], dim=1)  # (B*k, 1 + step)
+        log_probs = _force_eos(stepper(history), step >= row_max)  # (B*k, V)
         V = log_probs.size(-1)
         cand = (alive_raw[:, :, None] + log_probs.view(B, k, V)).view(B, k * V)  # (B, k*V)
         top_raw, top_idx = cand.topk(k, dim=1)  # (B, k), best first; dead beams give -inf
@@ -173,8 +191,7 @@ def beam_search(
         # the other continuations stay live; a finished slot is dead (-inf) from now on
         alive_raw = top_raw.masked_fill(is_eos, NEG_INF)
         alive_tokens = torch.cat([prefix, top_token[:, :, None]], dim=2)  # (B, k, step + 1)
-        cache.reorder((sentence_base + top_beam).view(-1))
-        last = top_token.view(B * k, 1)
+        stepper.reorder((sentence_base + top_beam).view(-1))
 
         done |= _sentences_done(alive_raw, fin_scores, max_lens, nbest, alpha)
         done |= step >= max_lens  # the forced EOS has been taken

@@ -125,3 +125,16 @@ def test_nbest_distinct_and_sorted(tiny_model):
         assert len(hyps) == 4
         assert len({tuple(h.tokens) for h in hyps}) == 4
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+
+
+def test_search_with_and_without_cache_agree(tiny_model):
+    """Greedy and beam search give the same outputs through the cache and by full recomputation."""
+    src, mask = _src(tiny_model, [6, 3, 8], seed=4)
+    assert [h.tokens for h in greedy(tiny_model, src, mask)] == [
+        h.tokens for h in greedy(tiny_model, src, mask, use_cache=False)
+    ]
+    cached = beam_search(tiny_model, src, mask, beam_size=4, nbest=3)
+    uncached = beam_search(tiny_model, src, mask, beam_size=4, nbest=3, use_cache=False)
+    for a, b in zip(cached, uncached, strict=True):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)

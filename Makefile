@@ -39,3 +39,30 @@ model: $(STAMP)
 	$(BIN)/mtcli tokenizer train --src $(TATOEBA)/train.src --tgt $(TATOEBA)/train.tgt --vocab-size 6000 --out $(TATOEBA)/tok6k
 	$(BIN)/mtcli train --config mtcli/presets/en-zh-tiny.toml --tokenizer $(TATOEBA)/tok6k --out runs/en-zh-tiny
 	$(BIN)/mtcli export runs/en-zh-tiny/best --out $(MODEL) --fp16
+
+# ---- demo: the shipped model translates a few sentences, then its scores on 200 test lines
+DEMO_SENTENCES := "Why do we work?" "I would like a cup of coffee." "Where is the train station?" \
+	"My brother plays the piano every evening." "It is raining, so we stay at home."
+
+$(TATOEBA)/test.src: | $(STAMP)
+	$(BIN)/mtcli data prepare tatoeba-en-zh --from $(SHARED)/tatoeba-en-zh/raw --out $(TATOEBA)
+
+$(TATOEBA)/demo.src: $(TATOEBA)/test.src
+	head -n 200 $(TATOEBA)/test.src > $(TATOEBA)/demo.src
+	head -n 200 $(TATOEBA)/test.tgt > $(TATOEBA)/demo.tgt
+
+demo: $(STAMP) $(TATOEBA)/demo.src
+	@printf '%s\n' $(DEMO_SENTENCES) | $(BIN)/mtcli translate --format tsv
+	$(BIN)/mtcli eval --src $(TATOEBA)/demo.src --ref $(TATOEBA)/demo.tgt --metrics bleu,chrf
+
+# ---- demo-train: a small model from scratch in about 5 minutes, with progress bars
+demo-train: $(STAMP) $(TATOEBA)/demo.src
+	$(BIN)/mtcli tokenizer train --src $(TATOEBA)/train.src --tgt $(TATOEBA)/train.tgt --vocab-size 4000 --out runs/demo/tokenizer
+	$(BIN)/mtcli train --config mtcli/presets/en-zh-tiny.toml --tokenizer runs/demo/tokenizer --out runs/demo \
+		--max-time 5 --warmup 400 --lr-factor 1.5 --valid-every 200 --valid-bleu-lines 200 --d-model 128 --d-ff 512
+	$(BIN)/mtcli eval -m runs/demo/best --src $(TATOEBA)/demo.src --ref $(TATOEBA)/demo.tgt --metrics bleu,chrf
+	$(BIN)/mtcli translate -m runs/demo/best "Why do we work?"
+
+# ---- benchmarks: JSON in bench/results/, a table on stdout
+bench: $(STAMP)
+	$(BIN)/python bench/run.py

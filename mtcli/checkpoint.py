@@ -65,7 +65,11 @@ def _unique_tensors(model: Seq2Seq, dtype: torch.dtype) -> dict[str, torch.Tenso
         if tensor.data_ptr() in seen:
             continue
         seen.add(tensor.data_ptr())
-        tensors[name] = tensor.detach().to("cpu", dtype if tensor.is_floating_point() else tensor.dtype).contiguous()
+        tensors[name] = (
+            tensor.detach()
+            .to("cpu", dtype if tensor.is_floating_point() else tensor.dtype)
+            .contiguous()
+        )
     return tensors
 
 
@@ -132,15 +136,21 @@ def read_config(path: str | Path) -> dict:
     except json.JSONDecodeError as e:
         raise UserError(f"{cfg_path}: invalid JSON ({e})") from None
     if config.get("format", 0) > FORMAT:
-        raise UserError(f"{cfg_path}: format {config['format']} is newer than this mtcli reads ({FORMAT})")
+        raise UserError(
+            f"{cfg_path}: format {config['format']} is newer than this mtcli reads ({FORMAT})"
+        )
     return config
 
 
-def _check_tokenizer(path: Path, config: dict, tokenizer: Tokenizer, model_cfg: ModelConfig) -> None:
+def _check_tokenizer(
+    path: Path, config: dict, tokenizer: Tokenizer, model_cfg: ModelConfig
+) -> None:
     """Refuse a directory whose tokenizer files or vocabulary differ from what the model was built on."""
     for name, digest in config.get("tokenizer", {}).items():
         if not (path / name).is_file() or file_sha256(path / name) != digest:
-            raise UserError(f"{path / name}: tokenizer file does not match the one recorded in {CONFIG_FILE}")
+            raise UserError(
+                f"{path / name}: tokenizer file does not match the one recorded in {CONFIG_FILE}"
+            )
     sizes = (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     if sizes != (model_cfg.src_vocab_size, model_cfg.tgt_vocab_size):
         raise UserError(
@@ -157,11 +167,16 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
     tokenizer = Tokenizer.load(path)
     _check_tokenizer(path, config, tokenizer, model_cfg)
     model = Seq2Seq(model_cfg)
-    tensors = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(path / WEIGHTS_FILE)).items()}
+    tensors = {
+        k: v.float() if v.is_floating_point() else v
+        for k, v in load_file(str(path / WEIGHTS_FILE)).items()
+    }
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     aliases = {"tgt_embed.weight"} if model_cfg.share_embeddings else set()
     if unexpected or set(missing) - aliases:
-        raise UserError(f"{path / WEIGHTS_FILE}: weights do not fit the config (missing {missing}, unexpected {unexpected})")
+        raise UserError(
+            f"{path / WEIGHTS_FILE}: weights do not fit the config (missing {missing}, unexpected {unexpected})"
+        )
     model.to(device).eval()
     return LoadedModel(model, tokenizer, config, path)
 

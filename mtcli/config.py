@@ -37,7 +37,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
         if self.activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be relu or gelu, not {self.activation!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -98,6 +100,7 @@ class DecodeConfig:
     nbest: int = 1  # hypotheses returned per sentence (<= beam_size)
     batch_tokens: int = 4000  # padded source tokens x beam per batch
     chunk_lines: int = 1000  # lines read before a batch is sorted and translated
+    use_cache: bool = True  # False re-feeds the whole prefix each step (reference / benchmark)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:

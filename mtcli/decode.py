@@ -17,8 +17,26 @@ from torch import Tensor
 
 from mtcli.model import AttentionRecord, Seq2Seq
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # equal to tokenizer's; restated to keep this layer text-free
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = (
+    0,
+    1,
+    2,
+    3,
+)  # equal to tokenizer's; restated to keep this layer text-free
 NEG_INF = float("-inf")
+
+
+@dataclass
+class AttentionTrace:
+    """The attention that produced one hypothesis, taken from the decoding pass itself.
+
+    T counts the output tokens including EOS; S the source tokens including EOS.
+    Every row sums to 1; padding and future positions hold exact zeros.
+    """
+
+    encoder: Tensor  # (L_enc, H, S, S) encoder self-attention
+    cross: Tensor  # (L_dec, H, T, S) encoder-decoder attention
+    decoder: Tensor  # (L_dec, H, T, T) masked decoder self-attention
 
 
 @dataclass
@@ -27,6 +45,39 @@ class Hypothesis:
 
     tokens: list[int]
     score: float
+    attention: AttentionTrace | None = None
+
+
+class _Recorder:
+    """Attention probabilities recorded step by step, traced back for chosen hypotheses."""
+
+    def __init__(self) -> None:
+        self.encoder, self.cross = AttentionRecord(), AttentionRecord()
+        self.decoder: AttentionRecord | None = None  # the cache's self-attention record
+
+    def trace(self, sentence: int, src_len: int, rows: list[int]) -> AttentionTrace:
+        """Attention of the hypothesis that sat in decoder row rows[s] at step s."""
+        T = len(rows)
+        encoder = torch.stack(
+            [
+                probs[0][sentence, :, :src_len, :src_len]
+                for _, probs in sorted(self.encoder.layers.items())
+            ]
+        )
+        cross, decoder = [], []
+        for layer in sorted(self.cross.layers):
+            steps = self.cross.layers[layer]
+            cross.append(
+                torch.stack([steps[s][rows[s], :, 0, :src_len] for s in range(T)], dim=1)
+            )  # (H, T, S)
+            self_steps = self.decoder.layers[layer]
+            square = torch.zeros(self_steps[0].size(1), T, T)
+            for s in range(T):
+                square[:, s, : s + 1] = self_steps[s][rows[s], :, 0, : s + 1]
+            decoder.append(square)  # (H, T, T)
+        return AttentionTrace(
+            encoder.float(), torch.stack(cross).float(), torch.stack(decoder).float()
+        )
 
 
 def length_penalty(n: Tensor | int | float, alpha: float) -> Tensor | float:
@@ -62,10 +113,24 @@ class _Stepper:
     cache must match, kept for tests and benchmarks.
     """
 
-    def __init__(self, model: Seq2Seq, memory: Tensor, src_mask: Tensor, max_len: int, *, use_cache: bool,
-                 record: AttentionRecord | None = None):
+    def __init__(
+        self,
+        model: Seq2Seq,
+        memory: Tensor,
+        src_mask: Tensor,
+        max_len: int,
+        *,
+        use_cache: bool,
+        recorder: _Recorder | None = None,
+    ):
         self.model, self.memory, self.src_mask = model, memory, src_mask
-        self.cache = model.new_cache(max_len, record) if use_cache else None
+        if recorder is not None and not use_cache:
+            raise ValueError("attention is recorded through the cache; use_cache must be True")
+        self.cache = (
+            model.new_cache(max_len, recorder.cross if recorder else None) if use_cache else None
+        )
+        if recorder is not None:
+            recorder.decoder = self.cache.self_record
 
     def __call__(self, history: Tensor) -> Tensor:
         """history (N, t) including BOS -> log-probabilities (N, V) for position t."""
@@ -88,14 +153,19 @@ def greedy(
     max_len_b: int = 10,
     alpha: float = 1.0,
     use_cache: bool = True,
-    record: AttentionRecord | None = None,
+    with_attention: bool = False,
 ) -> list[Hypothesis]:
     """Pick the most probable token at each step. src_ids, src_mask (B, S) -> B hypotheses."""
     B = src_ids.size(0)
     limit = model.cfg.max_positions - 1
     max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
-    memory = model.encode(src_ids, src_mask)  # (B, S, D)
-    stepper = _Stepper(model, memory, src_mask, int(max_lens.max()) + 1, use_cache=use_cache, record=record)
+    recorder = _Recorder() if with_attention else None
+    memory = model.encode(
+        src_ids, src_mask, record=recorder.encoder if recorder else None
+    )  # (B, S, D)
+    stepper = _Stepper(
+        model, memory, src_mask, int(max_lens.max()) + 1, use_cache=use_cache, recorder=recorder
+    )
     history = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src_ids.device)  # (B, 1 + t)
     raw = torch.zeros(B, device=src_ids.device)
     lengths = torch.zeros(B, dtype=torch.long, device=src_ids.device)
@@ -111,7 +181,12 @@ def greedy(
         if bool(done.all()):
             break
     scores = raw / length_penalty(lengths.float(), alpha)
-    return [Hypothesis(_strip(history[b, 1:].tolist()), float(scores[b])) for b in range(B)]
+    hyps = [Hypothesis(_strip(history[b, 1:].tolist()), float(scores[b])) for b in range(B)]
+    if recorder is not None:
+        src_lens = src_mask.sum(dim=1).tolist()
+        for b, h in enumerate(hyps):  # a sentence stays in its row: row b at every step
+            h.attention = recorder.trace(b, src_lens[b], [b] * int(lengths[b]))
+    return hyps
 
 
 def _strip(ids: list[int]) -> list[int]:
@@ -137,6 +212,7 @@ def beam_search(
     max_len_b: int = 10,
     nbest: int = 1,
     use_cache: bool = True,
+    with_attention: bool = False,
 ) -> list[list[Hypothesis]]:
     """Beam search. src_ids, src_mask (B, S) -> for each sentence its `nbest` best hypotheses.
 
@@ -153,10 +229,13 @@ def beam_search(
     max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
     n_steps = int(max_lens.max()) + 1  # + the forced EOS
 
-    memory = model.encode(src_ids, src_mask)  # (B, S, D)
+    recorder = _Recorder() if with_attention else None
+    memory = model.encode(
+        src_ids, src_mask, record=recorder.encoder if recorder else None
+    )  # (B, S, D)
     memory = memory.repeat_interleave(k, dim=0)  # (B*k, S, D): beams of a sentence are adjacent
     mask = src_mask.repeat_interleave(k, dim=0)  # (B*k, S)
-    stepper = _Stepper(model, memory, mask, n_steps, use_cache=use_cache)
+    stepper = _Stepper(model, memory, mask, n_steps, use_cache=use_cache, recorder=recorder)
     row_max = max_lens.repeat_interleave(k)  # (B*k,)
 
     alive_tokens = torch.full((B, k, 0), PAD_ID, dtype=torch.long, device=device)  # (B, k, t)
@@ -164,9 +243,13 @@ def beam_search(
     alive_raw[:, 0] = 0.0  # one real start; the copies would only duplicate it
     fin_tokens = torch.full((B, k, n_steps), PAD_ID, dtype=torch.long, device=device)
     fin_scores = torch.full((B, k), NEG_INF, device=device)  # normalised
+    fin_rows = torch.zeros((B, k), dtype=torch.long, device=device)  # decoder row of the EOS step
+    parents: list[Tensor] = []  # per step, (B*k,): the row each next-step row continues
     done = torch.zeros(B, dtype=torch.bool, device=device)
     bos = torch.full((B * k, 1), BOS_ID, dtype=torch.long, device=device)
-    sentence_base = (torch.arange(B, device=device) * k)[:, None]  # (B, 1): first row of each sentence
+    sentence_base = (torch.arange(B, device=device) * k)[
+        :, None
+    ]  # (B, 1): first row of each sentence
 
     for step in range(n_steps):
         history = torch.cat([bos, alive_tokens.view(B * k, step)], dim=1)  # (B*k, 1 + step)
@@ -179,7 +262,9 @@ def beam_search(
 
         # EOS continuations join the finished pool (sorted, k kept), scored with the length penalty
         finishing = is_eos & ~done[:, None]
-        new_scores = torch.where(finishing, top_raw / length_penalty(step + 1, alpha), NEG_INF)  # (B, k)
+        new_scores = torch.where(
+            finishing, top_raw / length_penalty(step + 1, alpha), NEG_INF
+        )  # (B, k)
         prefix = alive_tokens.gather(1, top_beam[:, :, None].expand(-1, -1, step))  # (B, k, step)
         new_tokens = torch.full((B, k, n_steps), PAD_ID, dtype=torch.long, device=device)
         new_tokens[:, :, :step] = prefix
@@ -187,21 +272,42 @@ def beam_search(
         fin_scores, keep = torch.cat([fin_scores, new_scores], dim=1).topk(k, dim=1)  # (B, k)
         all_tokens = torch.cat([fin_tokens, new_tokens], dim=1)  # (B, 2k, n_steps)
         fin_tokens = all_tokens.gather(1, keep[:, :, None].expand(-1, -1, n_steps))
+        rows = sentence_base + top_beam  # (B, k) decoder rows the candidates came from
+        fin_rows = torch.cat([fin_rows, rows], dim=1).gather(1, keep)
 
         # the other continuations stay live; a finished slot is dead (-inf) from now on
         alive_raw = top_raw.masked_fill(is_eos, NEG_INF)
         alive_tokens = torch.cat([prefix, top_token[:, :, None]], dim=2)  # (B, k, step + 1)
-        stepper.reorder((sentence_base + top_beam).view(-1))
+        stepper.reorder(rows.view(-1))
+        parents.append(rows.view(-1))
 
         done |= _sentences_done(alive_raw, fin_scores, max_lens, nbest, alpha)
         done |= step >= max_lens  # the forced EOS has been taken
         if bool(done.all()):
             break
 
-    return _collect(fin_tokens, fin_scores, nbest)
+    results = _collect(fin_tokens, fin_scores, nbest)
+    if recorder is not None:
+        _attach_attention(results, recorder, fin_rows, parents, src_mask.sum(dim=1).tolist())
+    return results
 
 
-def _sentences_done(alive_raw: Tensor, fin_scores: Tensor, max_lens: Tensor, nbest: int, alpha: float) -> Tensor:
+def _attach_attention(
+    results, recorder: _Recorder, fin_rows: Tensor, parents: list[Tensor], src_lens
+) -> None:
+    """Follow back-pointers from each hypothesis' EOS row to its first step and trace its attention."""
+    for b, hyps in enumerate(results):
+        for j, h in enumerate(hyps):
+            steps = len(h.tokens) + 1
+            rows = [int(fin_rows[b, j])]
+            for s in range(steps - 2, -1, -1):
+                rows.append(int(parents[s][rows[-1]]))
+            h.attention = recorder.trace(b, src_lens[b], rows[::-1])
+
+
+def _sentences_done(
+    alive_raw: Tensor, fin_scores: Tensor, max_lens: Tensor, nbest: int, alpha: float
+) -> Tensor:
     """(B,) bool: nothing live can still enter a sentence's n-best list."""
     best_alive = alive_raw.max(dim=1).values  # (B,) raw log-prob, only falls from here
     no_live = torch.isinf(best_alive)

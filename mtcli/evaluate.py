@@ -13,7 +13,6 @@ from sacrebleu.significance import PairedTest
 from mtcli.errors import UserError
 
 
-
 def bleu_tokenizer_for(lang: str) -> str:
     """sacrebleu's own choice: 'zh' for Chinese, '13a' for languages with spaces."""
     return "zh" if lang.lower().startswith("zh") else "13a"
@@ -36,7 +35,9 @@ def make_metrics(opts: MetricOptions) -> dict:
     return {name: table[name]() for name in opts.metrics}
 
 
-def check_lengths(hyps: list[str], refs: list[list[str]], hyp_name: str, ref_names: list[str]) -> None:
+def check_lengths(
+    hyps: list[str], refs: list[list[str]], hyp_name: str, ref_names: list[str]
+) -> None:
     """One line per segment everywhere, and something to score."""
     if not hyps:
         raise UserError(f"{hyp_name}: no lines to score (empty file)")
@@ -75,7 +76,9 @@ def _float(x) -> float | None:
     return None if x is None else float(x)
 
 
-def confidence(hyps: list[str], refs: list[list[str]], opts: MetricOptions, *, n_samples: int = 1000) -> list[Score]:
+def confidence(
+    hyps: list[str], refs: list[list[str]], opts: MetricOptions, *, n_samples: int = 1000
+) -> list[Score]:
     """Scores with 95% bootstrap confidence intervals for one system (sacrebleu's n_bootstrap)."""
     out = []
     for metric in make_metrics(opts).values():
@@ -86,7 +89,11 @@ def confidence(hyps: list[str], refs: list[list[str]], opts: MetricOptions, *, n
 
 
 def compare_systems(
-    systems: list[tuple[str, list[str]]], refs: list[list[str]], opts: MetricOptions, *, n_samples: int = 1000
+    systems: list[tuple[str, list[str]]],
+    refs: list[list[str]],
+    opts: MetricOptions,
+    *,
+    n_samples: int = 1000,
 ) -> dict[str, list[Score]]:
     """Paired bootstrap resampling (sacrebleu's paired-bs) against the first (baseline) system.
 
@@ -108,6 +115,14 @@ def compare_systems(
                 # identical output cannot differ; sacrebleu's strict-inequality count would
                 # report the smallest possible p-value (1/(n+1)) here instead
                 p_value = 1.0
-            scores.append(Score(metric_name, float(r.score), str(signatures[metric_name]), _float(r.ci), _float(p_value)))
+            scores.append(
+                Score(
+                    metric_name,
+                    float(r.score),
+                    str(signatures[metric_name]),
+                    _float(r.ci),
+                    _float(p_value),
+                )
+            )
         out[name] = scores
     return out

@@ -188,8 +188,14 @@ class SelfAttention(_Heads):
             step_mask = causal_mask(q.size(2), k.size(2), x.device)  # (Tq, Tk)
             mask = step_mask if mask is None else mask & step_mask
         out = attend(
-            q, k, v, mask, is_causal=use_causal_kernel, dropout_p=self.dropout_p,
-            record=record, layer=layer,
+            q,
+            k,
+            v,
+            mask,
+            is_causal=use_causal_kernel,
+            dropout_p=self.dropout_p,
+            record=record,
+            layer=layer,
         )  # (B, H, T, K)
         return self.merge(out)
 
@@ -207,7 +213,13 @@ class CrossAttention(_Heads):
         self.kv_proj = nn.Linear(d_model, 2 * d_model)
 
     def forward(
-        self, x: Tensor, memory: Tensor, mask: Tensor, *, cache: KVCache | None = None, layer: int = 0
+        self,
+        x: Tensor,
+        memory: Tensor,
+        mask: Tensor,
+        *,
+        cache: KVCache | None = None,
+        layer: int = 0,
     ) -> Tensor:
         """x (B, T, D), memory (B, S, D), mask (B, 1, 1, S) -> (B, T, D)."""
         q = self.split(self.q_proj(x))  # (B, H, T, K)
@@ -257,7 +269,9 @@ class EncoderLayer(_Sublayers):
         self.self_attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
 
-    def forward(self, x: Tensor, src_mask: Tensor, *, layer: int, record: AttentionRecord | None) -> Tensor:
+    def forward(
+        self, x: Tensor, src_mask: Tensor, *, layer: int, record: AttentionRecord | None
+    ) -> Tensor:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
         x = self.residual(0, x, lambda h: self.self_attn(h, src_mask, layer=layer, record=record))
         return self.residual(1, x, self.ffn)
@@ -277,7 +291,9 @@ class DecoderLayer(_Sublayers):
         x = self.residual(
             0, x, lambda h: self.self_attn(h, None, causal=True, cache=cache, layer=layer)
         )
-        x = self.residual(1, x, lambda h: self.cross_attn(h, memory, src_mask, cache=cache, layer=layer))
+        x = self.residual(
+            1, x, lambda h: self.cross_attn(h, memory, src_mask, cache=cache, layer=layer)
+        )
         return self.residual(2, x, self.ffn)
 
 
@@ -295,7 +311,9 @@ class Seq2Seq(nn.Module):
             else nn.Embedding(cfg.tgt_vocab_size, D, padding_idx=PAD_ID)
         )
         # not saved: rebuilt from the formula, so checkpoints stay small and exact
-        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, D), persistent=False)
+        self.register_buffer(
+            "positions", sinusoidal_positions(cfg.max_positions, D), persistent=False
+        )
         self.embed_dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_enc_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
@@ -322,11 +340,15 @@ class Seq2Seq(nn.Module):
         """ids (B, L) -> (B, L, D): scaled embeddings plus positions offset..offset+L."""
         L = ids.size(1)
         if offset + L > self.cfg.max_positions:
-            raise ValueError(f"sequence of {offset + L} tokens exceeds max_positions {self.cfg.max_positions}")
+            raise ValueError(
+                f"sequence of {offset + L} tokens exceeds max_positions {self.cfg.max_positions}"
+            )
         x = table(ids) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + L]
         return self.embed_dropout(x)
 
-    def encode(self, src_ids: Tensor, src_mask: Tensor, *, record: AttentionRecord | None = None) -> Tensor:
+    def encode(
+        self, src_ids: Tensor, src_mask: Tensor, *, record: AttentionRecord | None = None
+    ) -> Tensor:
         """src_ids (B, S), src_mask (B, S) -> memory (B, S, D)."""
         mask = src_mask[:, None, None, :]  # (B, 1, 1, S): every query may see the real keys
         x = self._embed(src_ids, self.src_embed)

@@ -74,8 +74,14 @@ MULTI30K = CorpusSpec(
             ("train.de.gz", "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6"),
             ("val.en.gz", "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28"),
             ("val.de.gz", "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a"),
-            ("test_2016_flickr.en.gz", "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9"),
-            ("test_2016_flickr.de.gz", "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8"),
+            (
+                "test_2016_flickr.en.gz",
+                "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+            ),
+            (
+                "test_2016_flickr.de.gz",
+                "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+            ),
         ]
     ),
     license="non-commercial research and educational use only (Flickr30K terms)",
@@ -126,7 +132,9 @@ def download(
         got = sha256_of(part)
         if got != sha256:
             part.unlink(missing_ok=True)
-            raise UserError(f"{url}: checksum mismatch (sha256 {got[:12]}..., expected {sha256[:12]}...)")
+            raise UserError(
+                f"{url}: checksum mismatch (sha256 {got[:12]}..., expected {sha256[:12]}...)"
+            )
     os.replace(part, dest)
     return dest
 
@@ -164,7 +172,9 @@ def normalize_text(text: str, form: str = "NFC") -> str:
 
 def english_key(text: str) -> str:
     """Key under which English sentences count as the same: case and final .!? ignored."""
-    return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).lower()).strip().rstrip(".!?").strip()
+    return (
+        _SPACES.sub(" ", unicodedata.normalize("NFKC", text).lower()).strip().rstrip(".!?").strip()
+    )
 
 
 def to_simplified(lines: list[str]) -> list[str]:
@@ -224,7 +234,9 @@ def split_by_source(pairs: Pairs, *, n_test: int, n_valid: int, seed: int) -> di
     where: dict[int, str] = {}
     counts = {"test": 0, "valid": 0}
     for key in keys:
-        split = "test" if counts["test"] < n_test else "valid" if counts["valid"] < n_valid else "train"
+        split = (
+            "test" if counts["test"] < n_test else "valid" if counts["valid"] < n_valid else "train"
+        )
         for i in groups[key]:
             where[i] = split
         if split != "train":
@@ -251,7 +263,9 @@ def _read_tatoeba(raw: Path) -> tuple[Pairs, str]:
     for line_no, line in enumerate(data.decode("utf-8").splitlines(), 1):
         cols = line.split("\t")
         if len(cols) < 2:
-            raise UserError(f"{raw}/cmn.txt:{line_no}: expected English TAB Chinese TAB attribution")
+            raise UserError(
+                f"{raw}/cmn.txt:{line_no}: expected English TAB Chinese TAB attribution"
+            )
         attr = cols[2].removeprefix("CC-BY 2.0 (France) Attribution: ") if len(cols) > 2 else ""
         pairs.add(cols[0], cols[1], attr)
     return pairs, hashlib.sha256(data).hexdigest()
@@ -269,7 +283,9 @@ def _read_multi30k(raw: Path) -> dict[str, Pairs]:
     for split, stem in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr")):
         src, tgt = _read_gz_lines(raw / f"{stem}.en.gz"), _read_gz_lines(raw / f"{stem}.de.gz")
         if len(src) != len(tgt):
-            raise UserError(f"{raw}/{stem}.en.gz has {len(src)} lines but {stem}.de.gz has {len(tgt)}")
+            raise UserError(
+                f"{raw}/{stem}.en.gz has {len(src)} lines but {stem}.de.gz has {len(tgt)}"
+            )
         out[split] = Pairs(src, tgt, [""] * len(src))
     return out
 
@@ -299,7 +315,9 @@ def fetch_raw(spec: CorpusSpec, opts: PrepareOptions, cache: Path, progress: Pro
     return cache
 
 
-def prepare(name: str, out: str | Path, opts: PrepareOptions, progress: Progress = lambda d, t: None) -> dict:
+def prepare(
+    name: str, out: str | Path, opts: PrepareOptions, progress: Progress = lambda d, t: None
+) -> dict:
     """Prepare corpus `name` into `out`; returns the manifest written to out/manifest.json."""
     if name not in CORPORA:
         raise UserError(f"unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
@@ -310,15 +328,25 @@ def prepare(name: str, out: str | Path, opts: PrepareOptions, progress: Progress
     simplify = spec.tgt_lang == "zh" and opts.zh_script == "simplified"
     if spec.official_splits:
         splits = {
-            split: clean_pairs(p, form=opts.unicode_form, simplify=simplify, dedupe=split == "train", dropped=dropped)
+            split: clean_pairs(
+                p,
+                form=opts.unicode_form,
+                simplify=simplify,
+                dedupe=split == "train",
+                dropped=dropped,
+            )
             for split, p in _read_multi30k(raw).items()
         }
         checksums = {f.name: sha256_of(raw / f.name) for f in spec.files}
     else:
         pairs, text_sha = _read_tatoeba(raw)
         if opts.verify and opts.from_dir is None and text_sha != TATOEBA_TEXT_SHA256:
-            raise UserError(f"{raw}: cmn.txt checksum {text_sha[:12]}... differs from the recorded release")
-        cleaned = clean_pairs(pairs, form=opts.unicode_form, simplify=simplify, dedupe=True, dropped=dropped)
+            raise UserError(
+                f"{raw}: cmn.txt checksum {text_sha[:12]}... differs from the recorded release"
+            )
+        cleaned = clean_pairs(
+            pairs, form=opts.unicode_form, simplify=simplify, dedupe=True, dropped=dropped
+        )
         splits = split_by_source(cleaned, n_test=opts.n_test, n_valid=opts.n_valid, seed=opts.seed)
         checksums = {"cmn.txt": text_sha}
     manifest = {
@@ -331,7 +359,11 @@ def prepare(name: str, out: str | Path, opts: PrepareOptions, progress: Progress
         "source": [f.url for f in spec.files],
         "license": spec.license,
         "attribution": spec.attribution,
-        "options": {"zh_script": opts.zh_script, "unicode_form": opts.unicode_form, "seed": opts.seed},
+        "options": {
+            "zh_script": opts.zh_script,
+            "unicode_form": opts.unicode_form,
+            "seed": opts.seed,
+        },
     }
     _write_splits(out, splits, manifest)
     return manifest
@@ -346,10 +378,13 @@ def _write_splits(out: Path, splits: dict[str, Pairs], manifest: dict) -> None:
             for ext, lines in (("src", p.src), ("tgt", p.tgt), ("attr", p.attr)):
                 if ext == "attr" and not any(lines):
                     continue
-                (tmp / f"{split}.{ext}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+                (tmp / f"{split}.{ext}").write_text(
+                    "".join(line + "\n" for line in lines), encoding="utf-8"
+                )
+        (tmp / "manifest.json").write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+        )
         for f in tmp.iterdir():
             os.replace(f, out / f.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-

@@ -74,7 +74,9 @@ def _train_one(lines: Iterator[str], prefix: Path, opts: TokenizerOptions) -> No
         raise UserError(f"sentencepiece training failed: {e}") from None
 
 
-def train_tokenizer(src: str | Path, tgt: str | Path, out: str | Path, opts: TokenizerOptions) -> Tokenizer:
+def train_tokenizer(
+    src: str | Path, tgt: str | Path, out: str | Path, opts: TokenizerOptions
+) -> Tokenizer:
     """Train BPE on the training text and write a tokenizer directory to `out` atomically."""
     for path in (src, tgt):
         if not Path(path).is_file():
@@ -105,7 +107,9 @@ def file_sha256(path: str | Path) -> str:
 class Tokenizer:
     """A pair of sentencepiece processors (the same object twice when joint)."""
 
-    def __init__(self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor, joint: bool):
+    def __init__(
+        self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor, joint: bool
+    ):
         self.src, self.tgt, self.joint = src, tgt, joint
         for side, sp in (("source", src), ("target", tgt)):
             ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())

@@ -91,8 +91,11 @@ def lr_at(step: int, cfg: TrainConfig, d_model: int) -> float:
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
     """Summed label-smoothed cross-entropy over non-pad targets. logits (B, T, V), target (B, T)."""
     return F.cross_entropy(
-        logits.float().flatten(0, 1), target.flatten(), ignore_index=PAD_ID,
-        label_smoothing=smoothing, reduction="sum",
+        logits.float().flatten(0, 1),
+        target.flatten(),
+        ignore_index=PAD_ID,
+        label_smoothing=smoothing,
+        reduction="sum",
     )
 
 
@@ -184,15 +187,20 @@ def prepare_tokenizer(cfg: TrainConfig, ddp: Dist) -> Path:
         return Path(cfg.tokenizer)
     tok_dir = Path(cfg.out) / "tokenizer"
     if ddp.is_main and not (tok_dir / "tokenizer.json").is_file():
-        train_tokenizer(cfg.src, cfg.tgt, tok_dir, TokenizerOptions(vocab_size=cfg.vocab_size, seed=cfg.seed))
+        train_tokenizer(
+            cfg.src, cfg.tgt, tok_dir, TokenizerOptions(vocab_size=cfg.vocab_size, seed=cfg.seed)
+        )
     ddp.barrier()
     return tok_dir
 
 
 def load_pairs(src: str, tgt: str, tokenizer: Tokenizer, cfg: TrainConfig) -> Corpus:
     return load_corpus(
-        read_parallel(src, tgt), tokenizer.encode_src, tokenizer.encode_tgt,
-        max_len=cfg.max_len, max_ratio=cfg.max_ratio,
+        read_parallel(src, tgt),
+        tokenizer.encode_src,
+        tokenizer.encode_tgt,
+        max_len=cfg.max_len,
+        max_ratio=cfg.max_ratio,
     )
 
 
@@ -231,7 +239,14 @@ def validate_loss(model: Seq2Seq, corpus: Corpus, cfg: TrainConfig, device: torc
     return total / max(tokens, 1)
 
 
-def validate_bleu(model: Seq2Seq, tokenizer: Tokenizer, sources: list[str], refs: list[str], cfg: TrainConfig, device) -> float:
+def validate_bleu(
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    sources: list[str],
+    refs: list[str],
+    cfg: TrainConfig,
+    device,
+) -> float:
     """BLEU of greedy translations of the first validation lines."""
     model.eval()
     translator = Translator(model, tokenizer, DecodeConfig(beam_size=1), device=device)
@@ -251,7 +266,12 @@ def prune_step_dirs(out: Path, keep: int) -> None:
 
 
 # ---------------------------------------------------------------- the loop
-def train(cfg: TrainConfig, report: Callable[[Report], None] = lambda r: None, *, resume: str | None = None) -> TrainResult:
+def train(
+    cfg: TrainConfig,
+    report: Callable[[Report], None] = lambda r: None,
+    *,
+    resume: str | None = None,
+) -> TrainResult:
     """Train a model as `cfg` says; return where it stopped. Raises Interrupted on a signal."""
     device = pick_device(cfg.device)
     if cfg.threads:
@@ -264,7 +284,9 @@ def train(cfg: TrainConfig, report: Callable[[Report], None] = lambda r: None, *
             dist.destroy_process_group()
 
 
-def _train(cfg: TrainConfig, report, resume: str | None, device: torch.device, ddp: Dist) -> TrainResult:
+def _train(
+    cfg: TrainConfig, report, resume: str | None, device: torch.device, ddp: Dist
+) -> TrainResult:
     say = report if ddp.is_main else (lambda r: None)
     out = Path(cfg.out)
     torch.manual_seed(cfg.seed)
@@ -285,7 +307,11 @@ def _train(cfg: TrainConfig, report, resume: str | None, device: torch.device, d
         model_cfg = build_model_config(cfg, tokenizer)
         model = Seq2Seq(model_cfg)
     model.to(device).train()
-    say(Message(f"model: {model.num_parameters():,} parameters, {ddp.world} process(es), device {device}"))
+    say(
+        Message(
+            f"model: {model.num_parameters():,} parameters, {ddp.world} process(es), device {device}"
+        )
+    )
 
     train_set = load_pairs(cfg.src, cfg.tgt, tokenizer, cfg)
     say(Message(f"train {cfg.src}: {train_set.stats.summary()}"))
@@ -299,7 +325,10 @@ def _train(cfg: TrainConfig, report, resume: str | None, device: torch.device, d
         say(Message(f"valid {cfg.valid_src}: {valid_set.stats.summary()}"))
 
     optimizer = torch.optim.Adam(
-        model.parameters(), lr=lr_at(1, cfg, model_cfg.d_model), betas=(0.9, 0.98), eps=1e-9,
+        model.parameters(),
+        lr=lr_at(1, cfg, model_cfg.d_model),
+        betas=(0.9, 0.98),
+        eps=1e-9,
         weight_decay=cfg.weight_decay,
     )
     step, epoch, batch_pos, best, bad_valids = 0, 0, 0, None, 0
@@ -314,21 +343,34 @@ def _train(cfg: TrainConfig, report, resume: str | None, device: torch.device, d
         trainer_state = None
         if with_state:
             trainer_state = {
-                "optimizer": optimizer.state_dict(), "step": step, "epoch": epoch,
-                "batch_pos": batch_pos, "best": best, "bad_valids": bad_valids, "rng": rng_state(),
+                "optimizer": optimizer.state_dict(),
+                "step": step,
+                "epoch": epoch,
+                "batch_pos": batch_pos,
+                "best": best,
+                "bad_valids": bad_valids,
+                "rng": rng_state(),
             }
-        save_model(model, path, SaveRequest(
-            tokenizer_dir=tok_dir, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang,
-            extra={"step": step, "train": _train_config_record(cfg), **(extra or {})},
-            trainer_state=trainer_state,
-        ))
+        save_model(
+            model,
+            path,
+            SaveRequest(
+                tokenizer_dir=tok_dir,
+                src_lang=cfg.src_lang,
+                tgt_lang=cfg.tgt_lang,
+                extra={"step": step, "train": _train_config_record(cfg), **(extra or {})},
+                trainer_state=trainer_state,
+            ),
+        )
 
     result = TrainResult(step=step, best=best, out=out)
     start = time.monotonic()
     window_tokens, window_start = 0.0, start
     with StopFlag() as stop:
         while cfg.max_epochs == 0 or epoch < cfg.max_epochs:
-            batches = epoch_batches(train_set, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=epoch)
+            batches = epoch_batches(
+                train_set, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=epoch
+            )
             # an equal share per rank, or DDP's collective calls would fall out of step
             share = len(batches) // ddp.world
             mine = batches[ddp.rank * share : (ddp.rank + 1) * share]
@@ -352,19 +394,33 @@ def _train(cfg: TrainConfig, report, resume: str | None, device: torch.device, d
                 if ddp.is_main and (step % cfg.log_every == 0 or step == 1):
                     rate = ddp.world * window_tokens / max(now - window_start, 1e-9)
                     window_tokens, window_start = 0.0, now
-                    fraction = _fraction_done(cfg, step, epoch + batch_pos / max(len(mine), 1), now - start)
+                    fraction = _fraction_done(
+                        cfg, step, epoch + batch_pos / max(len(mine), 1), now - start
+                    )
                     say(StepReport(step, epoch + 1, loss, lr, rate, now - start, fraction))
 
                 if valid_set is not None and step % cfg.valid_every == 0:
                     if ddp.is_main:
                         best, bad_valids, improved = _validate_and_save(
-                            model, tokenizer, valid_set, valid_src, valid_ref, cfg, device,
-                            step, best, bad_valids, save, say,
+                            model,
+                            tokenizer,
+                            valid_set,
+                            valid_src,
+                            valid_ref,
+                            cfg,
+                            device,
+                            step,
+                            best,
+                            bad_valids,
+                            save,
+                            say,
                         )
                     bad_valids = int(ddp.sum(bad_valids if ddp.is_main else 0))
-                out_of_budget = (cfg.max_steps and step >= cfg.max_steps) or (
-                    cfg.max_time and now - start >= cfg.max_time * 60
-                ) or (cfg.patience and bad_valids >= cfg.patience)
+                out_of_budget = (
+                    (cfg.max_steps and step >= cfg.max_steps)
+                    or (cfg.max_time and now - start >= cfg.max_time * 60)
+                    or (cfg.patience and bad_valids >= cfg.patience)
+                )
                 if ddp.any(stop.signum is not None or bool(out_of_budget)):
                     break
             else:
@@ -377,8 +433,18 @@ def _train(cfg: TrainConfig, report, resume: str | None, device: torch.device, d
         if ddp.is_main:
             if valid_set is not None and stop.signum is None and step % cfg.valid_every:
                 best, bad_valids, _ = _validate_and_save(
-                    model, tokenizer, valid_set, valid_src, valid_ref, cfg, device,
-                    step, best, bad_valids, save, say,
+                    model,
+                    tokenizer,
+                    valid_set,
+                    valid_src,
+                    valid_ref,
+                    cfg,
+                    device,
+                    step,
+                    best,
+                    bad_valids,
+                    save,
+                    say,
                 )
             save(out / "last", with_state=True)
         ddp.barrier()
@@ -387,14 +453,17 @@ def _train(cfg: TrainConfig, report, resume: str | None, device: torch.device, d
             code = 130 if stop.signum == signal.SIGINT else 143
             raise Interrupted(
                 f"interrupted at step {step}; saved {out / 'last'}. Resume with: "
-                f"mtcli train ... --resume {out / 'last'}", code,
+                f"mtcli train ... --resume {out / 'last'}",
+                code,
             )
     if valid_set is None and ddp.is_main:
         save(out / "best", with_state=False)  # nothing to select by: the final model is the best
     return result
 
 
-def _accumulate(net, corpus: Corpus, group: list[list[int]], cfg: TrainConfig, device) -> tuple[float, int]:
+def _accumulate(
+    net, corpus: Corpus, group: list[list[int]], cfg: TrainConfig, device
+) -> tuple[float, int]:
     """Forward and backward over `accum` batches; gradients are per target token of the group."""
     batches = [collate(corpus, indices) for indices in group]
     n_tokens = sum(b.n_tgt_tokens for b in batches)
@@ -409,7 +478,20 @@ def _accumulate(net, corpus: Corpus, group: list[list[int]], cfg: TrainConfig, d
     return loss_sum, n_tokens
 
 
-def _validate_and_save(model, tokenizer, valid_set, valid_src, valid_ref, cfg, device, step, best, bad_valids, save, say):
+def _validate_and_save(
+    model,
+    tokenizer,
+    valid_set,
+    valid_src,
+    valid_ref,
+    cfg,
+    device,
+    step,
+    best,
+    bad_valids,
+    save,
+    say,
+):
     """Score the model on the validation set, update best/, last/ and step-N/; returns new (best, bad, improved)."""
     loss = validate_loss(model, valid_set, cfg, device)
     score = None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mtcli.attention import align_words
 from mtcli.config import DecodeConfig
 from mtcli.data import pad, padding_mask
 from mtcli.decode import Hypothesis, beam_search, greedy
@@ -30,6 +31,7 @@ class Translation:
     score: float
     nbest: list[tuple[str, float]] = field(default_factory=list)
     truncated: bool = False
+    alignment: list[tuple[int, int]] | None = None  # (source word, target word), with --align
 
 
 class Translator:
@@ -43,8 +45,10 @@ class Translator:
         *,
         device: str | torch.device = "cpu",
         warn: Callable[[str], None] = lambda message: None,
+        align: bool = False,
     ):
         self.model, self.tokenizer, self.cfg = model.eval(), tokenizer, cfg
+        self.align = align  # record attention while decoding and turn it into word alignments
         self.device = torch.device(device)
         self.warn = warn
         self._warned_truncation = False
@@ -72,14 +76,27 @@ class Translator:
         cfg = self.cfg
         if cfg.beam_size == 1:
             hyps = greedy(
-                self.model, src_ids, src_mask,
-                max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, alpha=cfg.length_penalty,
+                self.model,
+                src_ids,
+                src_mask,
+                max_len_a=cfg.max_len_a,
+                max_len_b=cfg.max_len_b,
+                alpha=cfg.length_penalty,
+                use_cache=cfg.use_cache,
+                with_attention=self.align,
             )
             return [[h] for h in hyps]
         return beam_search(
-            self.model, src_ids, src_mask,
-            beam_size=cfg.beam_size, alpha=cfg.length_penalty,
-            max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, nbest=cfg.nbest,
+            self.model,
+            src_ids,
+            src_mask,
+            beam_size=cfg.beam_size,
+            alpha=cfg.length_penalty,
+            max_len_a=cfg.max_len_a,
+            max_len_b=cfg.max_len_b,
+            nbest=cfg.nbest,
+            use_cache=cfg.use_cache,
+            with_attention=self.align,
         )
 
     def _batches(self, lengths: list[int]) -> Iterator[list[int]]:
@@ -102,18 +119,28 @@ class Translator:
         for i, line in enumerate(lines):
             text = line.strip()
             if not text:
-                results[i] = Translation(line, "", 0.0)  # an empty line stays an empty line
+                # an empty line stays an empty line
+                results[i] = Translation(line, "", 0.0, alignment=[] if self.align else None)
             else:
                 encoded.append((i, *self.encode(text)))
         lengths = [len(ids) for _, ids, _ in encoded]
         for batch in self._batches(lengths):
             nbests = self.search([encoded[j][1] for j in batch])
             for j, hyps in zip(batch, nbests, strict=True):
-                i, _, truncated = encoded[j]
+                i, src_ids, truncated = encoded[j]
                 texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]
                 best_text, best_score = texts[0] if texts else ("", float("-inf"))
                 results[i] = Translation(lines[i], best_text, best_score, texts, truncated)
+                if self.align and hyps:
+                    results[i].alignment = self._alignment(src_ids, hyps[0], best_text)
         return results  # type: ignore[return-value]
+
+    def _alignment(self, src_ids: list[int], hyp: Hypothesis, text: str) -> list[tuple[int, int]]:
+        """Word alignment from the last decoder layer's cross-attention, averaged over heads."""
+        src_pieces = [self.tokenizer.src.id_to_piece(i) for i in src_ids[:-1]]  # without EOS
+        tgt_pieces = self.tokenizer.tgt_id_to_piece(hyp.tokens)
+        cross = hyp.attention.cross[-1].mean(dim=0)  # (T, S)
+        return align_words(cross, src_pieces, tgt_pieces, tgt_has_spaces=" " in text)
 
     def translate_stream(self, lines: Iterable[str] | Iterable[list[str]]) -> Iterator[Translation]:
         """Translate lines (or ready-made chunks of lines) and yield results in input order.
@@ -128,8 +155,7 @@ def _as_chunks(lines, size: int) -> Iterator[list[str]]:
     it = iter(lines)
     while chunk := list(itertools.islice(it, size)):
         if isinstance(chunk[0], list):  # already chunked by the reader
-            for c in chunk:
-                yield c
+            yield from chunk
         else:
             yield [line.rstrip("\r\n") for line in chunk]
 

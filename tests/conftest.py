@@ -23,12 +23,24 @@ TATOEBA = SHARED / "tatoeba-en-zh"
 torch.set_num_threads(1)
 
 EN_LINES = [
-    "Why do we work?", "I love you.", "The cat sleeps on the mat.", "Where is the station?",
-    "He reads a book every night.", "We are students.", "It is raining today.", "Open the door, please.",
+    "Why do we work?",
+    "I love you.",
+    "The cat sleeps on the mat.",
+    "Where is the station?",
+    "He reads a book every night.",
+    "We are students.",
+    "It is raining today.",
+    "Open the door, please.",
 ] * 4
 ZH_LINES = [
-    "我们为什么工作？", "我爱你。", "猫在垫子上睡觉。", "车站在哪里？",
-    "他每天晚上读一本书。", "我们是学生。", "今天下雨。", "请开门。",
+    "我们为什么工作？",
+    "我爱你。",
+    "猫在垫子上睡觉。",
+    "车站在哪里？",
+    "他每天晚上读一本书。",
+    "我们是学生。",
+    "今天下雨。",
+    "请开门。",
 ] * 4
 
 
@@ -40,27 +52,43 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 def run_mtcli(*args: str, input: str | None = None, timeout: float = 300, env: dict | None = None):
     """Run the real `mtcli` entry point in a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "mtcli", *args], input=input, capture_output=True, text=True,
-        timeout=timeout, cwd=REPO, env={**os.environ, "NO_COLOR": "1", **(env or {})},
+        [sys.executable, "-m", "mtcli", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1", **(env or {})},
     )
 
 
 @pytest.fixture
 def enzh_files(tmp_path) -> tuple[Path, Path]:
-    return write_lines(tmp_path / "train.en", EN_LINES), write_lines(tmp_path / "train.zh", ZH_LINES)
+    return write_lines(tmp_path / "train.en", EN_LINES), write_lines(
+        tmp_path / "train.zh", ZH_LINES
+    )
 
 
 @pytest.fixture
 def enzh_tokenizer(tmp_path, enzh_files) -> Path:
     src, tgt = enzh_files
-    train_tokenizer(src, tgt, tmp_path / "tok", TokenizerOptions(vocab_size=120, character_coverage=1.0))
+    train_tokenizer(
+        src, tgt, tmp_path / "tok", TokenizerOptions(vocab_size=120, character_coverage=1.0)
+    )
     return tmp_path / "tok"
 
 
 def tiny_config(vocab: int = 24, **overrides) -> ModelConfig:
     base = dict(
-        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, n_enc_layers=2,
-        n_dec_layers=2, d_ff=64, dropout=0.0, max_positions=64,
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=32,
+        n_heads=4,
+        n_enc_layers=2,
+        n_dec_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_positions=64,
     )
     return ModelConfig(**{**base, **overrides})
 
@@ -85,9 +113,21 @@ def copy_train_config(tmp: Path, tok_dir: Path, **overrides) -> TrainConfig:
     src = write_lines(tmp / "copy.src", lines)
     tgt = write_lines(tmp / "copy.tgt", lines)
     base = dict(
-        src=str(src), tgt=str(tgt), valid_src=str(src), valid_tgt=str(tgt), tokenizer=str(tok_dir),
-        out=str(tmp / "run"), max_tokens=2048, max_steps=300, lr_factor=0.15, warmup=30,
-        label_smoothing=0.0, valid_every=100, valid_bleu_lines=32, log_every=1, tgt_lang="en",
+        src=str(src),
+        tgt=str(tgt),
+        valid_src=str(src),
+        valid_tgt=str(tgt),
+        tokenizer=str(tok_dir),
+        out=str(tmp / "run"),
+        max_tokens=2048,
+        max_steps=300,
+        lr_factor=0.15,
+        warmup=30,
+        label_smoothing=0.0,
+        valid_every=100,
+        valid_bleu_lines=32,
+        log_every=1,
+        tgt_lang="en",
         model=tiny_config(vocab=0, d_model=64, d_ff=128),
     )
     return TrainConfig(**{**base, **overrides})
@@ -95,7 +135,9 @@ def copy_train_config(tmp: Path, tok_dir: Path, **overrides) -> TrainConfig:
 
 def copy_tokenizer(tmp: Path) -> Path:
     lines = write_lines(tmp / "letters.txt", copy_sentences(200, seed=1))
-    train_tokenizer(lines, lines, tmp / "tok", TokenizerOptions(vocab_size=40, character_coverage=1.0))
+    train_tokenizer(
+        lines, lines, tmp / "tok", TokenizerOptions(vocab_size=40, character_coverage=1.0)
+    )
     return tmp / "tok"
 
 

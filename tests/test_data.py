@@ -29,7 +29,9 @@ def _error_cases(tmp_path):
 def test_errors_through_clirunner(tmp_path, enzh_tokenizer):
     """Missing file, line-count mismatch and invalid UTF-8: one line naming file/line, exit 2."""
     for args, expected in _error_cases(tmp_path):
-        result = CliRunner().invoke(main, ["train", *args, "--tokenizer", str(enzh_tokenizer), "--out", str(tmp_path / "o")])
+        result = CliRunner().invoke(
+            main, ["train", *args, "--tokenizer", str(enzh_tokenizer), "--out", str(tmp_path / "o")]
+        )
         assert result.exit_code == 2, result.output
         error_lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
         assert len(error_lines) == 1 and expected in error_lines[0], result.output
@@ -40,7 +42,9 @@ def test_errors_through_clirunner(tmp_path, enzh_tokenizer):
 def test_errors_through_subprocess(tmp_path, enzh_tokenizer):
     """The same three mistakes through the real `mtcli` process: exit 2, one line, no traceback."""
     for args, expected in _error_cases(tmp_path):
-        proc = run_mtcli("train", *args, "--tokenizer", str(enzh_tokenizer), "--out", str(tmp_path / "o"))
+        proc = run_mtcli(
+            "train", *args, "--tokenizer", str(enzh_tokenizer), "--out", str(tmp_path / "o")
+        )
         assert proc.returncode == 2
         assert proc.stdout == ""
         error_lines = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
@@ -94,9 +98,13 @@ def tatoeba_corpus(tmp_path_factory):
     if not (TATOEBA / "train.en").is_file():
         pytest.skip(f"{TATOEBA} is absent: the batching invariants need the real Tatoeba split")
     tmp = tmp_path_factory.mktemp("tatoeba")
-    tok = train_tokenizer(TATOEBA / "train.en", TATOEBA / "train.zh", tmp / "tok", TokenizerOptions(vocab_size=4000))
+    tok = train_tokenizer(
+        TATOEBA / "train.en", TATOEBA / "train.zh", tmp / "tok", TokenizerOptions(vocab_size=4000)
+    )
     tok = Tokenizer.load(tmp / "tok")
-    return load_corpus(read_parallel(TATOEBA / "train.en", TATOEBA / "train.zh"), tok.encode_src, tok.encode_tgt)
+    return load_corpus(
+        read_parallel(TATOEBA / "train.en", TATOEBA / "train.zh"), tok.encode_src, tok.encode_tgt
+    )
 
 
 def test_tatoeba_batching_invariants(tatoeba_corpus):

@@ -14,7 +14,10 @@ from tests.conftest import tiny_config
 
 def _src(model, lengths, seed=0):
     g = torch.Generator().manual_seed(seed)
-    rows = [torch.randint(4, model.cfg.src_vocab_size, (n,), generator=g).tolist() + [EOS_ID] for n in lengths]
+    rows = [
+        torch.randint(4, model.cfg.src_vocab_size, (n,), generator=g).tolist() + [EOS_ID]
+        for n in lengths
+    ]
     width = max(map(len, rows))
     src = torch.tensor([r + [PAD_ID] * (width - len(r)) for r in rows])
     return src, src != PAD_ID
@@ -73,7 +76,9 @@ def _sequence_score(model, src, mask, tokens, alpha):
 def _peaked_model(seed: int) -> Seq2Seq:
     """A random vocab-6 model with a scaled-up output layer, so greedy choices can go wrong."""
     torch.manual_seed(seed)
-    model = Seq2Seq(tiny_config(vocab=6, d_model=16, d_ff=32, share_embeddings=False, tie_output=False)).eval()
+    model = Seq2Seq(
+        tiny_config(vocab=6, d_model=16, d_ff=32, share_embeddings=False, tie_output=False)
+    ).eval()
     with torch.no_grad():
         model.out_proj.weight.mul_(4.0)
     return model
@@ -84,7 +89,9 @@ def test_beam_equals_exhaustive_search(alpha):
     """Vocab 6 (4 specials), max length 4: a wide beam finds the exhaustive optimum; a narrow one never beats it."""
     max_tokens = 3  # + forced EOS = length 4; tokens are UNK, 4, 5 (PAD/BOS never produced)
     choices = [1, 4, 5]
-    sequences = [list(s) for n in range(max_tokens + 1) for s in itertools.product(choices, repeat=n)]
+    sequences = [
+        list(s) for n in range(max_tokens + 1) for s in itertools.product(choices, repeat=n)
+    ]
     kwargs = dict(alpha=alpha, max_len_a=0.0, max_len_b=max_tokens)
     greedy_was_wrong = 0
     for seed in range(12):

@@ -28,7 +28,9 @@ def test_scores_equal_sacrebleu_english(tmp_path):
     """BLEU (13a), chrF2 and TER equal sacrebleu's objects on fixed English strings."""
     hyp, ref = write_lines(tmp_path / "h", HYP_EN), write_lines(tmp_path / "r", REF_EN)
     got = _eval_json("--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "en")["systems"][str(hyp)]
-    assert got["BLEU"]["score"] == pytest.approx(BLEU(tokenize="13a").corpus_score(HYP_EN, [REF_EN]).score)
+    assert got["BLEU"]["score"] == pytest.approx(
+        BLEU(tokenize="13a").corpus_score(HYP_EN, [REF_EN]).score
+    )
     assert got["chrF2"]["score"] == pytest.approx(CHRF().corpus_score(HYP_EN, [REF_EN]).score)
     assert got["TER"]["score"] == pytest.approx(TER().corpus_score(HYP_EN, [REF_EN]).score)
     assert "tok:13a" in got["BLEU"]["signature"] and "nrefs:1" in got["BLEU"]["signature"]
@@ -38,13 +40,30 @@ def test_scores_equal_sacrebleu_chinese_two_refs(tmp_path):
     """Chinese: the zh tokenizer is chosen from --tgt-lang, two references, chrF++ via word order 2."""
     hyp = write_lines(tmp_path / "h", HYP_ZH)
     r1, r2 = write_lines(tmp_path / "r1", REF_ZH_1), write_lines(tmp_path / "r2", REF_ZH_2)
-    got = _eval_json("--hyp", str(hyp), "--ref", str(r1), "--ref", str(r2), "--tgt-lang", "zh",
-                     "--chrf-word-order", "2")["systems"][str(hyp)]
+    got = _eval_json(
+        "--hyp",
+        str(hyp),
+        "--ref",
+        str(r1),
+        "--ref",
+        str(r2),
+        "--tgt-lang",
+        "zh",
+        "--chrf-word-order",
+        "2",
+    )["systems"][str(hyp)]
     refs = [REF_ZH_1, REF_ZH_2]
-    assert got["BLEU"]["score"] == pytest.approx(BLEU(tokenize="zh").corpus_score(HYP_ZH, refs).score)
-    assert got["chrF2++"]["score"] == pytest.approx(CHRF(word_order=2).corpus_score(HYP_ZH, refs).score)
+    assert got["BLEU"]["score"] == pytest.approx(
+        BLEU(tokenize="zh").corpus_score(HYP_ZH, refs).score
+    )
+    assert got["chrF2++"]["score"] == pytest.approx(
+        CHRF(word_order=2).corpus_score(HYP_ZH, refs).score
+    )
     assert "tok:zh" in got["BLEU"]["signature"] and "nrefs:2" in got["BLEU"]["signature"]
-    assert BLEU(tokenize="zh").corpus_score(HYP_ZH, refs).score != BLEU(tokenize="13a").corpus_score(HYP_ZH, refs).score
+    assert (
+        BLEU(tokenize="zh").corpus_score(HYP_ZH, refs).score
+        != BLEU(tokenize="13a").corpus_score(HYP_ZH, refs).score
+    )
 
 
 @pytest.mark.slow
@@ -75,7 +94,10 @@ def test_mismatch_and_empty_errors(tmp_path, runner):
     cases = [
         (["--hyp", str(hyp), "--ref", str(short)], f"{hyp} has 3 lines but {short} has 2"),
         (["--hyp", str(empty), "--ref", str(short)], f"{empty}: no lines to score (empty file)"),
-        (["--hyp", str(hyp), "--ref", str(hyp), "--ref", str(short)], f"{hyp} has 3 lines but {short} has 2"),
+        (
+            ["--hyp", str(hyp), "--ref", str(hyp), "--ref", str(short)],
+            f"{hyp} has 3 lines but {short} has 2",
+        ),
     ]
     for args, expected in cases:
         if runner == "clirunner":
@@ -96,12 +118,26 @@ def test_paired_bootstrap_against_itself_and_another(tmp_path):
     a, b = write_lines(tmp_path / "a", hyps), write_lines(tmp_path / "b", hyps)
     worse = write_lines(tmp_path / "w", ["the"] * len(hyps))
     ref = write_lines(tmp_path / "r", refs)
-    out = _eval_json("--hyp", str(a), "--hyp", str(b), "--hyp", str(worse), "--ref", str(ref),
-                     "--bootstrap", "200", "--metrics", "bleu,chrf")["systems"]
+    out = _eval_json(
+        "--hyp",
+        str(a),
+        "--hyp",
+        str(b),
+        "--hyp",
+        str(worse),
+        "--ref",
+        str(ref),
+        "--bootstrap",
+        "200",
+        "--metrics",
+        "bleu,chrf",
+    )["systems"]
     assert out[str(a)]["BLEU"]["score"] == out[str(b)]["BLEU"]["score"]
     assert out[str(b)]["BLEU"]["p_value"] == 1.0 and out[str(b)]["chrF2"]["p_value"] == 1.0
     assert "p_value" not in out[str(a)]["BLEU"]  # the baseline
-    assert out[str(worse)]["BLEU"]["score"] == pytest.approx(BLEU().corpus_score(["the"] * 30, [refs]).score)
+    assert out[str(worse)]["BLEU"]["score"] == pytest.approx(
+        BLEU().corpus_score(["the"] * 30, [refs]).score
+    )
     assert out[str(worse)]["BLEU"]["p_value"] < 0.05
     assert out[str(a)]["BLEU"]["ci"] > 0
 
@@ -109,7 +145,9 @@ def test_paired_bootstrap_against_itself_and_another(tmp_path):
 def test_confidence_interval_single_system(tmp_path):
     """--confidence adds a bootstrap 95% interval to one system's scores."""
     hyp, ref = write_lines(tmp_path / "h", HYP_EN * 5), write_lines(tmp_path / "r", REF_EN * 5)
-    got = _eval_json("--hyp", str(hyp), "--ref", str(ref), "--confidence", "--bootstrap", "100")["systems"][str(hyp)]
+    got = _eval_json("--hyp", str(hyp), "--ref", str(ref), "--confidence", "--bootstrap", "100")[
+        "systems"
+    ][str(hyp)]
     assert got["BLEU"]["ci"] > 0 and "bs:100" in got["BLEU"]["signature"]
 
 

@@ -31,10 +31,14 @@ def test_worked_self_attention_example():
     # independent truth: the softmax written out element by element
     expected = []
     for qi in q.tolist():
-        scores = [sum(a * b for a, b in zip(qi, kj, strict=True)) / math.sqrt(3) for kj in k.tolist()]
+        scores = [
+            sum(a * b for a, b in zip(qi, kj, strict=True)) / math.sqrt(3) for kj in k.tolist()
+        ]
         exps = [math.exp(s) for s in scores]
         weights = [e / sum(exps) for e in exps]
-        expected.append([sum(w * vj[c] for w, vj in zip(weights, v.tolist(), strict=True)) for c in range(3)])
+        expected.append(
+            [sum(w * vj[c] for w, vj in zip(weights, v.tolist(), strict=True)) for c in range(3)]
+        )
     got = attend(q[None, None], k[None, None], v[None, None], None)[0, 0]  # one batch, one head
     torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12)
     # row 0 by hand: Q0·Kᵀ = [2, 4, 4], so keys 2 and 3 share the weight equally
@@ -98,7 +102,9 @@ def test_padding_changes_nothing_real():
     logits = model(src, tgt)
     pad_src = torch.cat([src, torch.zeros(2, 4, dtype=torch.long)], dim=1)
     pad_tgt = torch.cat([tgt, torch.zeros(2, 3, dtype=torch.long)], dim=1)
-    torch.testing.assert_close(model.encode(pad_src, pad_src != 0)[:, :6], memory, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        model.encode(pad_src, pad_src != 0)[:, :6], memory, atol=1e-5, rtol=0
+    )
     torch.testing.assert_close(model(pad_src, pad_tgt)[:, :5], logits, atol=1e-5, rtol=0)
 
 
@@ -118,7 +124,11 @@ def test_save_load_in_fresh_process_gives_identical_logits(tmp_path, enzh_tokeni
     vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
     torch.manual_seed(0)
     model = Seq2Seq(tiny_config(vocab=vocab)).eval()
-    save_model(model, tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer, src_lang="en", tgt_lang="zh"))
+    save_model(
+        model,
+        tmp_path / "m",
+        SaveRequest(tokenizer_dir=enzh_tokenizer, src_lang="en", tgt_lang="zh"),
+    )
     src, tgt = _batch(model)
     expected = model(src, tgt)
     torch.save({"src": src, "tgt": tgt}, tmp_path / "inputs.pt")
@@ -127,7 +137,17 @@ def test_save_load_in_fresh_process_gives_identical_logits(tmp_path, enzh_tokeni
         "m = load_model(sys.argv[1]).model; d = torch.load(sys.argv[2]);"
         "torch.save(m(d['src'], d['tgt']), sys.argv[3])"
     )
-    subprocess.run([sys.executable, "-c", code, str(tmp_path / "m"), str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(tmp_path / "m"),
+            str(tmp_path / "inputs.pt"),
+            str(tmp_path / "out.pt"),
+        ],
+        check=True,
+    )
     assert torch.equal(torch.load(tmp_path / "out.pt"), expected)
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["model"]["d_model"] == 32 and config["format"] == 1 and config["tgt_lang"] == "zh"
@@ -139,7 +159,9 @@ def test_fp16_weights_load_as_fp32(tmp_path, enzh_tokenizer):
 
     vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
     model = Seq2Seq(tiny_config(vocab=vocab))
-    save_model(model, tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer, dtype=torch.float16))
+    save_model(
+        model, tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer, dtype=torch.float16)
+    )
     loaded = load_model(tmp_path / "m").model
     w = loaded.decoder_layers[0].ffn.up.weight
     assert w.dtype == torch.float32
@@ -151,7 +173,9 @@ def test_mismatched_tokenizer_is_refused(tmp_path, enzh_tokenizer, enzh_files):
     from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 
     vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
-    save_model(Seq2Seq(tiny_config(vocab=vocab)), tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer))
+    save_model(
+        Seq2Seq(tiny_config(vocab=vocab)), tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer)
+    )
     src, tgt = enzh_files
     train_tokenizer(src, tgt, tmp_path / "other", TokenizerOptions(vocab_size=90))
     (tmp_path / "m" / "spm.model").write_bytes((tmp_path / "other" / "spm.model").read_bytes())

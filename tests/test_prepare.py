@@ -22,7 +22,14 @@ ROWS = [
     ("go", "去。", "CC-BY 2.0 (France) Attribution: tatoeba.org #5 (a) & #6 (b)"),
     ("We   talk.", "我們說話。", "CC-BY 2.0 (France) Attribution: tatoeba.org #7 (a) & #8 (b)"),
     ("We talk.", "我们说话。", "CC-BY 2.0 (France) Attribution: tatoeba.org #9 (a) & #10 (b)"),
-] + [(f"Sentence number {i}.", f"第{i}句。", f"CC-BY 2.0 (France) Attribution: tatoeba.org #{i} (c) & #{i} (d)") for i in range(40)]
+] + [
+    (
+        f"Sentence number {i}.",
+        f"第{i}句。",
+        f"CC-BY 2.0 (France) Attribution: tatoeba.org #{i} (c) & #{i} (d)",
+    )
+    for i in range(40)
+]
 
 
 def _archive() -> tuple[bytes, bytes]:
@@ -70,7 +77,9 @@ def served(monkeypatch):
     """Point the tatoeba spec at a local server holding a small archive made here."""
     zipped, text = _archive()
     server = _Server(zipped)
-    spec = dataclasses.replace(P.TATOEBA, files=(P.RawFile("cmn-eng.zip", server.url, hashlib.sha256(zipped).hexdigest()),))
+    spec = dataclasses.replace(
+        P.TATOEBA, files=(P.RawFile("cmn-eng.zip", server.url, hashlib.sha256(zipped).hexdigest()),)
+    )
     monkeypatch.setitem(P.CORPORA, "tatoeba-en-zh", spec)
     monkeypatch.setattr(P, "TATOEBA_TEXT_SHA256", hashlib.sha256(text).hexdigest())
     yield server
@@ -135,7 +144,11 @@ def test_split_keeps_source_groups_together():
             pairs.add(f"sentence {i}!", f"另{i}")
     splits = P.split_by_source(pairs, n_test=5, n_valid=5, seed=1)
     keys = {name: {P.english_key(s) for s in p.src} for name, p in splits.items()}
-    assert not keys["train"] & keys["test"] and not keys["train"] & keys["valid"] and not keys["valid"] & keys["test"]
+    assert (
+        not keys["train"] & keys["test"]
+        and not keys["train"] & keys["valid"]
+        and not keys["valid"] & keys["test"]
+    )
     assert len(splits["test"]) >= 5 and len(splits["valid"]) >= 5
     assert sum(map(len, splits.values())) == len(pairs)
     again = P.split_by_source(pairs, n_test=5, n_valid=5, seed=1)

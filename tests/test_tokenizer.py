@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from mtcli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerOptions, train_tokenizer
+from mtcli.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    TokenizerOptions,
+    train_tokenizer,
+)
 from tests.conftest import EN_LINES, ZH_LINES
 
 
@@ -12,7 +20,12 @@ from tests.conftest import EN_LINES, ZH_LINES
 def test_round_trip_english_and_chinese(tmp_path, enzh_files, joint):
     """Encoding then decoding gives back the original English and Chinese lines."""
     src, tgt = enzh_files
-    tok = train_tokenizer(src, tgt, tmp_path / "t", TokenizerOptions(vocab_size=100, joint=joint, character_coverage=1.0))
+    tok = train_tokenizer(
+        src,
+        tgt,
+        tmp_path / "t",
+        TokenizerOptions(vocab_size=100, joint=joint, character_coverage=1.0),
+    )
     assert tok.joint is joint
     for en, zh in zip(EN_LINES[:8], ZH_LINES[:8], strict=True):
         assert tok.src.decode(tok.encode_src(en)) == en
@@ -26,7 +39,11 @@ def test_special_ids_are_fixed(tmp_path, enzh_files, joint):
     train_tokenizer(src, tgt, tmp_path / "t", TokenizerOptions(vocab_size=100, joint=joint))
     tok = Tokenizer.load(tmp_path / "t")
     for sp in (tok.src, tok.tgt):
-        assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+        assert (
+            (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+            == (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+            == (0, 1, 2, 3)
+        )
         assert sp.id_to_piece(UNK_ID) == "<unk>"
 
 
@@ -36,7 +53,11 @@ def test_joint_shares_one_model_and_separate_does_not(tmp_path, enzh_files):
     joint = train_tokenizer(src, tgt, tmp_path / "j", TokenizerOptions(vocab_size=100))
     sep = train_tokenizer(src, tgt, tmp_path / "s", TokenizerOptions(vocab_size=60, joint=False))
     assert sorted(p.name for p in (tmp_path / "j").iterdir()) == ["spm.model", "tokenizer.json"]
-    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["src.model", "tgt.model", "tokenizer.json"]
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+        "src.model",
+        "tgt.model",
+        "tokenizer.json",
+    ]
     assert joint.src is joint.tgt
     # the separate source model never saw Chinese: a Chinese character is unknown to it
     assert UNK_ID in sep.encode_src("猫")

@@ -55,11 +55,19 @@ def test_checkpoint_layout(copy_model_dir):
 def test_resume_gives_the_same_losses(tmp_path):
     """Interrupted at step 4 and resumed = an uninterrupted run with the same seed (CPU, fp32)."""
     tok = copy_tokenizer(tmp_path)
-    base = copy_train_config(tmp_path, tok, max_tokens=96, max_steps=10, valid_every=4, model=dataclasses.replace(
-        copy_train_config(tmp_path, tok).model, dropout=0.3))  # dropout: the RNG state must be restored too
+    base = copy_train_config(
+        tmp_path,
+        tok,
+        max_tokens=96,
+        max_steps=10,
+        valid_every=4,
+        model=dataclasses.replace(copy_train_config(tmp_path, tok).model, dropout=0.3),
+    )  # dropout: the RNG state must be restored too
     straight = train(dataclasses.replace(base, out=str(tmp_path / "a")))
     first = train(dataclasses.replace(base, out=str(tmp_path / "b"), max_steps=4))
-    second = train(dataclasses.replace(base, out=str(tmp_path / "b")), resume=str(tmp_path / "b" / "last"))
+    second = train(
+        dataclasses.replace(base, out=str(tmp_path / "b")), resume=str(tmp_path / "b" / "last")
+    )
     assert len(straight.losses) == 10 and len(first.losses) == 4 and len(second.losses) == 6
     assert first.losses + second.losses == straight.losses
     a, b = load_model(tmp_path / "a" / "last").model, load_model(tmp_path / "b" / "last").model
@@ -73,10 +81,41 @@ def test_sigint_saves_a_resumable_last(tmp_path):
     tok = copy_tokenizer(tmp_path)
     cfg = copy_train_config(tmp_path, tok)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mtcli", "train", "--src", cfg.src, "--tgt", cfg.tgt, "--tokenizer", str(tok),
-         "--out", str(tmp_path / "run"), "--max-steps", "100000", "--log-every", "1", "--d-model", "32",
-         "--n-heads", "2", "--d-ff", "64", "--n-enc-layers", "1", "--n-dec-layers", "1", "--max-tokens", "256"],
-        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+        [
+            sys.executable,
+            "-m",
+            "mtcli",
+            "train",
+            "--src",
+            cfg.src,
+            "--tgt",
+            cfg.tgt,
+            "--tokenizer",
+            str(tok),
+            "--out",
+            str(tmp_path / "run"),
+            "--max-steps",
+            "100000",
+            "--log-every",
+            "1",
+            "--d-model",
+            "32",
+            "--n-heads",
+            "2",
+            "--d-ff",
+            "64",
+            "--n-enc-layers",
+            "1",
+            "--n-dec-layers",
+            "1",
+            "--max-tokens",
+            "256",
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1"},
     )
     seen = []
     deadline = time.monotonic() + 120
@@ -101,11 +140,47 @@ def test_torchrun_two_processes(tmp_path):
     cfg = copy_train_config(tmp_path, tok)
     out = tmp_path / "ddp"
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517", "-m", "mtcli",
-         "train", "--src", cfg.src, "--tgt", cfg.tgt, "--valid-src", cfg.src, "--valid-tgt", cfg.tgt,
-         "--tokenizer", str(tok), "--out", str(out), "--max-steps", "6", "--valid-every", "3",
-         "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--max-tokens", "128", "--threads", "1"],
-        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_port=29517",
+            "-m",
+            "mtcli",
+            "train",
+            "--src",
+            cfg.src,
+            "--tgt",
+            cfg.tgt,
+            "--valid-src",
+            cfg.src,
+            "--valid-tgt",
+            cfg.tgt,
+            "--tokenizer",
+            str(tok),
+            "--out",
+            str(out),
+            "--max-steps",
+            "6",
+            "--valid-every",
+            "3",
+            "--d-model",
+            "32",
+            "--n-heads",
+            "2",
+            "--d-ff",
+            "64",
+            "--max-tokens",
+            "128",
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 process(es)" in proc.stderr
@@ -123,10 +198,12 @@ def test_train_flags_override_toml(tmp_path):
     from mtcli.cli.common import train_config_from
 
     toml = tmp_path / "run.toml"
-    toml.write_text('max_tokens = 1000\nwarmup = 10\n[model]\nd_model = 64\nn_heads = 2\n')
+    toml.write_text("max_tokens = 1000\nwarmup = 10\n[model]\nd_model = 64\nn_heads = 2\n")
     cfg = train_config_from(str(toml), {"warmup": 20, "model.n_heads": 4})
     assert (cfg.max_tokens, cfg.warmup, cfg.model.d_model, cfg.model.n_heads) == (1000, 20, 64, 4)
     toml.write_text("max_tokenz = 3\n")
     src = write_lines(tmp_path / "s", ["a"])
-    result = CliRunner().invoke(main, ["train", "--config", str(toml), "--src", str(src), "--tgt", str(src)])
+    result = CliRunner().invoke(
+        main, ["train", "--config", str(toml), "--src", str(src), "--tgt", str(src)]
+    )
     assert result.exit_code == 2 and f"{toml}: unknown setting(s): max_tokenz" in result.output

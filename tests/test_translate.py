@@ -27,13 +27,17 @@ def test_pipeline_keeps_one_line_per_line(tmp_path, copy_model_dir, copy_lines):
         lines[i] = ""
     long_index = 500
     lines[long_index] = " ".join(rng.choice("abcdefghij") for _ in range(5000))
-    proc = run_mtcli("translate", "-m", str(copy_model_dir), "--beam-size", "2", input="\n".join(lines) + "\n")
+    proc = run_mtcli(
+        "translate", "-m", str(copy_model_dir), "--beam-size", "2", input="\n".join(lines) + "\n"
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.split("\n")
     assert out[-1] == "" and len(out) - 1 == 1000
     for i, (src, hyp) in enumerate(zip(lines, out, strict=False)):
         if i != long_index:
-            assert hyp == src, f"line {i + 1}"  # the copy model reproduces its inputs: alignment is visible
+            assert hyp == src, (
+                f"line {i + 1}"
+            )  # the copy model reproduces its inputs: alignment is visible
     assert proc.stderr.count("truncated") == 1  # one warning for the long line, not one per batch
 
 
@@ -43,14 +47,19 @@ def test_text_argument_and_formats(copy_model_dir, copy_lines):
     line = copy_lines[0]
     result = runner.invoke(main, ["translate", "-m", str(copy_model_dir), line])
     assert result.exit_code == 0 and result.stdout == line + "\n"
-    result = runner.invoke(main, ["translate", "-m", str(copy_model_dir), "--format", "jsonl", "--nbest", "3"],
-                           input=f"{line}\n\n")
+    result = runner.invoke(
+        main,
+        ["translate", "-m", str(copy_model_dir), "--format", "jsonl", "--nbest", "3"],
+        input=f"{line}\n\n",
+    )
     records = [json.loads(r) for r in result.stdout.splitlines()]
     assert [r["source"] for r in records] == [line, ""]
     assert records[0]["translation"] == line and len(records[0]["nbest"]) == 3
     scores = [h["score"] for h in records[0]["nbest"]]
     assert scores == sorted(scores, reverse=True)
-    result = runner.invoke(main, ["translate", "-m", str(copy_model_dir), "--format", "tsv", "--greedy", line])
+    result = runner.invoke(
+        main, ["translate", "-m", str(copy_model_dir), "--format", "tsv", "--greedy", line]
+    )
     src, hyp, score = result.stdout.rstrip("\n").split("\t")
     assert (src, hyp) == (line, line) and float(score) < 0
 
@@ -59,7 +68,11 @@ def test_input_output_files_and_env_model(tmp_path, copy_model_dir, copy_lines):
     """-i/-o files, and $MTCLI_MODEL when -m is absent."""
     src = write_lines(tmp_path / "in.txt", copy_lines[:5])
     out = tmp_path / "out.txt"
-    result = CliRunner().invoke(main, ["translate", "-i", str(src), "-o", str(out)], env={"MTCLI_MODEL": str(copy_model_dir)})
+    result = CliRunner().invoke(
+        main,
+        ["translate", "-i", str(src), "-o", str(out)],
+        env={"MTCLI_MODEL": str(copy_model_dir)},
+    )
     assert result.exit_code == 0, result.output
     assert out.read_text().splitlines() == copy_lines[:5]
 
@@ -67,14 +80,17 @@ def test_input_output_files_and_env_model(tmp_path, copy_model_dir, copy_lines):
 def test_missing_model_is_a_one_line_error(tmp_path):
     """A missing model directory names the path and the option it came from."""
     result = CliRunner().invoke(main, ["translate", "-m", str(tmp_path / "none"), "hi"])
-    assert result.exit_code == 2 and f"{tmp_path / 'none'}: no such model directory (-m)" in result.output
+    assert (
+        result.exit_code == 2
+        and f"{tmp_path / 'none'}: no such model directory (-m)" in result.output
+    )
 
 
 def test_read_chunks_streams_before_input_ends():
     """A chunk is handed on as soon as no more input is waiting (tail -f makes progress)."""
     r, w = os.pipe()
     chunks = read_chunks(r, max_lines=1000)
-    os.write(w, "one\ntwo\n".encode())
+    os.write(w, b"one\ntwo\n")
     assert next(chunks) == ["one", "two"]  # would block forever if it waited for 1,000 lines or EOF
     threading.Timer(0.05, lambda: (os.write(w, b"three\nfour"), os.close(w))).start()
     assert next(chunks) == ["three", "four"]
@@ -97,6 +113,8 @@ def test_read_chunks_caps_chunk_size_and_reports_bad_utf8():
 def test_chunked_translation_keeps_order(copy_model_dir, copy_lines):
     """Sorting by length inside chunks never changes the output order."""
     loaded = load_model(copy_model_dir)
-    translator = Translator(loaded.model, loaded.tokenizer, DecodeConfig(beam_size=2, chunk_lines=7, batch_tokens=40))
+    translator = Translator(
+        loaded.model, loaded.tokenizer, DecodeConfig(beam_size=2, chunk_lines=7, batch_tokens=40)
+    )
     results = [t.text for t in translator.translate_stream(copy_lines)]
     assert results == copy_lines

@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from mtcli import __version__
+from mtcli.cli.attention import attention_command
 from mtcli.cli.common import MtcliGroup
 from mtcli.cli.data import data
 from mtcli.cli.eval import eval_command
@@ -37,6 +38,13 @@ def main() -> None:
     pass
 
 
-for _command in (tokenizer, train_command, translate_command, eval_command, data, export_command):
+for _command in (
+    tokenizer,
+    train_command,
+    translate_command,
+    eval_command,
+    data,
+    export_command,
+    attention_command,
+):
     main.add_command(_command)
-

@@ -14,7 +14,15 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from mtcli.config import DecodeConfig, ModelConfig, TrainConfig, from_dict, read_toml, to_dict, unknown_keys
+from mtcli.config import (
+    DecodeConfig,
+    ModelConfig,
+    TrainConfig,
+    from_dict,
+    read_toml,
+    to_dict,
+    unknown_keys,
+)
 from mtcli.errors import Interrupted, UserError
 
 SHIPPED_MODEL = Path(__file__).resolve().parents[2] / "models" / "en-zh-tiny"
@@ -54,7 +62,9 @@ def default_model_dir(model: str | None) -> Path:
     chosen = model or os.environ.get("MTCLI_MODEL") or SHIPPED_MODEL
     path = Path(chosen)
     if not path.exists():
-        origin = "-m" if model else "$MTCLI_MODEL" if os.environ.get("MTCLI_MODEL") else "shipped model"
+        origin = (
+            "-m" if model else "$MTCLI_MODEL" if os.environ.get("MTCLI_MODEL") else "shipped model"
+        )
         raise UserError(f"{path}: no such model directory ({origin})")
     return path
 
@@ -62,31 +72,63 @@ def default_model_dir(model: str | None) -> Path:
 def decode_options(func):
     """The decoding flags shared by translate, eval and attention."""
     options = [
-        click.option("--beam-size", "-b", default=5, show_default=True, help="Beam width; 1 = greedy."),
+        click.option(
+            "--beam-size", "-b", default=5, show_default=True, help="Beam width; 1 = greedy."
+        ),
         click.option("--greedy", is_flag=True, help="Greedy search (same as --beam-size 1)."),
-        click.option("--length-penalty", default=1.0, show_default=True, help="GNMT alpha; 0 = none."),
-        click.option("--max-len-a", default=1.5, show_default=True, help="Max output = a * source tokens + b."),
+        click.option(
+            "--length-penalty", default=1.0, show_default=True, help="GNMT alpha; 0 = none."
+        ),
+        click.option(
+            "--max-len-a",
+            default=1.5,
+            show_default=True,
+            help="Max output = a * source tokens + b.",
+        ),
         click.option("--max-len-b", default=10, show_default=True),
-        click.option("--nbest", default=1, show_default=True, help="Hypotheses kept per line (jsonl shows all)."),
-        click.option("--batch-tokens", default=4000, show_default=True, help="Padded source tokens x beam per batch."),
-        click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda"])),
+        click.option(
+            "--nbest",
+            default=1,
+            show_default=True,
+            help="Hypotheses kept per line (jsonl shows all).",
+        ),
+        click.option(
+            "--batch-tokens",
+            default=4000,
+            show_default=True,
+            help="Padded source tokens x beam per batch.",
+        ),
+        click.option(
+            "--device",
+            default="auto",
+            show_default=True,
+            type=click.Choice(["auto", "cpu", "cuda"]),
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def build_decode_config(beam_size, greedy, length_penalty, max_len_a, max_len_b, nbest, batch_tokens) -> DecodeConfig:
+def build_decode_config(
+    beam_size, greedy, length_penalty, max_len_a, max_len_b, nbest, batch_tokens
+) -> DecodeConfig:
     try:
         return DecodeConfig(
-            beam_size=1 if greedy else beam_size, length_penalty=length_penalty,
-            max_len_a=max_len_a, max_len_b=max_len_b, nbest=1 if greedy else nbest, batch_tokens=batch_tokens,
+            beam_size=1 if greedy else beam_size,
+            length_penalty=length_penalty,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            nbest=1 if greedy else nbest,
+            batch_tokens=batch_tokens,
         )
     except ValueError as e:
         raise UserError(f"bad decoding option: {e}") from None
 
 
-def train_config_from(config_path: str | None, overrides: dict, base: dict | None = None) -> TrainConfig:
+def train_config_from(
+    config_path: str | None, overrides: dict, base: dict | None = None
+) -> TrainConfig:
     """Defaults < `base` (a resumed run's config) < TOML file < flags. Unknown TOML keys are an error."""
     data: dict = dict(base or {})
     if config_path:
@@ -102,7 +144,7 @@ def train_config_from(config_path: str | None, overrides: dict, base: dict | Non
         if value is None:
             continue
         if key.startswith("model."):
-            model[key[len("model."):]] = value
+            model[key[len("model.") :]] = value
         else:
             data[key] = value
     data["model"] = model
@@ -118,5 +160,3 @@ def from_dict_model(model: dict) -> ModelConfig:
 
 def echo_config(cfg) -> None:
     console.print(f"[dim]config: {json.dumps(to_dict(cfg), ensure_ascii=False)}[/]", soft_wrap=True)
-
-

@@ -12,7 +12,15 @@ from rich.table import Table
 from mtcli.checkpoint import load_model
 from mtcli.cli.common import build_decode_config, decode_options, default_model_dir, warn
 from mtcli.data import read_lines
-from mtcli.evaluate import MetricOptions, Score, bleu_tokenizer_for, check_lengths, compare_systems, confidence, score_system
+from mtcli.evaluate import (
+    MetricOptions,
+    Score,
+    bleu_tokenizer_for,
+    check_lengths,
+    compare_systems,
+    confidence,
+    score_system,
+)
 from mtcli.train import pick_device
 from mtcli.translate import Translator
 
@@ -23,11 +31,18 @@ def _read(path: str) -> list[str]:
     return list(read_lines(path))
 
 
-def _translate_source(model: str | None, src: str, device: str, decode: dict) -> tuple[list[str], str]:
+def _translate_source(
+    model: str | None, src: str, device: str, decode: dict
+) -> tuple[list[str], str]:
     """Translate a source file with a model; also returns the model's target language."""
     loaded = load_model(default_model_dir(model), pick_device(device))
-    translator = Translator(loaded.model, loaded.tokenizer, build_decode_config(**decode),
-                            device=pick_device(device), warn=warn)
+    translator = Translator(
+        loaded.model,
+        loaded.tokenizer,
+        build_decode_config(**decode),
+        device=pick_device(device),
+        warn=warn,
+    )
     return [t.text for t in translator.translate_stream(_read(src))], loaded.tgt_lang
 
 
@@ -53,20 +68,57 @@ def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
 
 
 @click.command("eval")
-@click.option("--ref", "-r", "refs", multiple=True, required=True, help="Reference file (repeat for several references).")
-@click.option("--hyp", "hyps", multiple=True, help="Hypothesis file, '-' = stdin (repeat to compare systems).")
+@click.option(
+    "--ref",
+    "-r",
+    "refs",
+    multiple=True,
+    required=True,
+    help="Reference file (repeat for several references).",
+)
+@click.option(
+    "--hyp", "hyps", multiple=True, help="Hypothesis file, '-' = stdin (repeat to compare systems)."
+)
 @click.option("--src", help="Source file to translate with --model and then score.")
-@click.option("--model", "-m", help="Model directory (with --src).  [default: $MTCLI_MODEL, then the shipped model]")
+@click.option(
+    "--model",
+    "-m",
+    help="Model directory (with --src).  [default: $MTCLI_MODEL, then the shipped model]",
+)
 @click.option("--tgt-lang", help="Target language, for the BLEU tokenizer when no model says it.")
 @click.option("--tokenize", help="sacrebleu BLEU tokenizer (default: zh for Chinese, else 13a).")
-@click.option("--chrf-word-order", default=0, show_default=True, type=click.IntRange(0, 2), help="2 = chrF++.")
-@click.option("--metrics", default="bleu,chrf,ter", show_default=True, help="Comma-separated: bleu, chrf, ter.")
-@click.option("--confidence", "with_confidence", is_flag=True, help="Bootstrap 95% intervals for one system.")
+@click.option(
+    "--chrf-word-order", default=0, show_default=True, type=click.IntRange(0, 2), help="2 = chrF++."
+)
+@click.option(
+    "--metrics",
+    default="bleu,chrf,ter",
+    show_default=True,
+    help="Comma-separated: bleu, chrf, ter.",
+)
+@click.option(
+    "--confidence", "with_confidence", is_flag=True, help="Bootstrap 95% intervals for one system."
+)
 @click.option("--bootstrap", default=1000, show_default=True, help="Bootstrap resamples.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout instead of a table.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object on stdout instead of a table."
+)
 @decode_options
-def eval_command(refs, hyps, src, model, tgt_lang, tokenize, chrf_word_order, metrics, with_confidence, bootstrap,
-                 as_json, device, **decode) -> None:
+def eval_command(
+    refs,
+    hyps,
+    src,
+    model,
+    tgt_lang,
+    tokenize,
+    chrf_word_order,
+    metrics,
+    with_confidence,
+    bootstrap,
+    as_json,
+    device,
+    **decode,
+) -> None:
     """Score translations with BLEU, chrF and TER (sacrebleu), with signatures."""
     if bool(src) == bool(hyps):
         raise click.UsageError("give either --src (to translate with a model) or --hyp files")
@@ -84,7 +136,9 @@ def eval_command(refs, hyps, src, model, tgt_lang, tokenize, chrf_word_order, me
         systems = [("stdin" if h == "-" else h, _read(h)) for h in hyps]
     for name, lines in systems:
         check_lengths(lines, ref_lines, name, list(refs))
-    opts = MetricOptions(tokenize or bleu_tokenizer_for(tgt_lang or ""), chrf_word_order, tuple(names))
+    opts = MetricOptions(
+        tokenize or bleu_tokenizer_for(tgt_lang or ""), chrf_word_order, tuple(names)
+    )
     if len(systems) > 1:
         results = compare_systems(systems, ref_lines, opts, n_samples=bootstrap)
     elif with_confidence:
@@ -93,9 +147,14 @@ def eval_command(refs, hyps, src, model, tgt_lang, tokenize, chrf_word_order, me
         results = {systems[0][0]: score_system(systems[0][1], ref_lines, opts)}
     n_lines = len(ref_lines[0])
     if as_json:
-        record = {"segments": n_lines, "tokenize": opts.tokenize, "systems": {
-            name: {s.name: {k: v for k, v in vars(s).items() if v is not None} for s in scores}
-            for name, scores in results.items()}}
+        record = {
+            "segments": n_lines,
+            "tokenize": opts.tokenize,
+            "systems": {
+                name: {s.name: {k: v for k, v in vars(s).items() if v is not None} for s in scores}
+                for name, scores in results.items()
+            },
+        }
         click.echo(json.dumps(record, ensure_ascii=False))
     else:
         Console(highlight=False).print(_table(results, n_lines))

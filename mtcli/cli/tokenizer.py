@@ -20,17 +20,35 @@ def tokenizer() -> None:
 @click.option("--tgt", required=True, help="Target-side training text.")
 @click.option("--out", required=True, help="Tokenizer directory to write.")
 @click.option("--vocab-size", default=8000, show_default=True, type=click.IntRange(min=8))
-@click.option("--joint/--separate", default=True, show_default=True, help="One model for both sides, or one each.")
-@click.option("--character-coverage", default=0.9995, show_default=True, type=click.FloatRange(0.9, 1.0))
-@click.option("--input-sentence-size", default=0, show_default=True, help="Sample this many sentences (0 = all).")
+@click.option(
+    "--joint/--separate",
+    default=True,
+    show_default=True,
+    help="One model for both sides, or one each.",
+)
+@click.option(
+    "--character-coverage", default=0.9995, show_default=True, type=click.FloatRange(0.9, 1.0)
+)
+@click.option(
+    "--input-sentence-size",
+    default=0,
+    show_default=True,
+    help="Sample this many sentences (0 = all).",
+)
 @click.option("--seed", default=1, show_default=True)
 def train(src, tgt, out, vocab_size, joint, character_coverage, input_sentence_size, seed) -> None:
     """Train sentencepiece BPE on a parallel corpus."""
     opts = TokenizerOptions(vocab_size, joint, character_coverage, input_sentence_size, seed)
     with console.status("training sentencepiece BPE"):
         tok = train_tokenizer(src, tgt, out, opts)
-    sizes = f"{tok.src_vocab_size}" if tok.joint else f"{tok.src_vocab_size} (src) / {tok.tgt_vocab_size} (tgt)"
-    console.print(f"wrote {out}: {'joint' if tok.joint else 'separate'} vocabulary of {sizes} pieces")
+    sizes = (
+        f"{tok.src_vocab_size}"
+        if tok.joint
+        else f"{tok.src_vocab_size} (src) / {tok.tgt_vocab_size} (tgt)"
+    )
+    console.print(
+        f"wrote {out}: {'joint' if tok.joint else 'separate'} vocabulary of {sizes} pieces"
+    )
     with open(src, encoding="utf-8", errors="replace") as f:
         example = next((line.strip() for line in f if line.strip()), "")
     console.print(f"example: {example}")
@@ -68,4 +86,6 @@ def decode(directory, side, ids) -> None:
     try:
         _filter(directory, side, to_text=True, ids=ids)
     except ValueError:
-        raise click.BadParameter("expected whitespace-separated integer ids on stdin", param_hint="--ids") from None
+        raise click.BadParameter(
+            "expected whitespace-separated integer ids on stdin", param_hint="--ids"
+        ) from None

@@ -12,16 +12,39 @@ from mtcli.train import Message, Report, StepReport, ValidReport, resume_config,
 
 # flag name -> TrainConfig field ("model." for ModelConfig fields)
 FLAGS = {
-    "src": "src", "tgt": "tgt", "valid_src": "valid_src", "valid_tgt": "valid_tgt",
-    "tokenizer": "tokenizer", "out": "out", "max_tokens": "max_tokens", "accum": "accum",
-    "max_steps": "max_steps", "max_epochs": "max_epochs", "max_time": "max_time",
-    "valid_every": "valid_every", "valid_bleu_lines": "valid_bleu_lines", "seed": "seed",
-    "device": "device", "precision": "precision", "lr_factor": "lr_factor", "warmup": "warmup",
-    "label_smoothing": "label_smoothing", "keep": "keep", "patience": "patience",
-    "src_lang": "src_lang", "tgt_lang": "tgt_lang", "log_every": "log_every", "threads": "threads",
-    "d_model": "model.d_model", "n_heads": "model.n_heads", "n_enc_layers": "model.n_enc_layers",
-    "n_dec_layers": "model.n_dec_layers", "d_ff": "model.d_ff", "dropout": "model.dropout",
-    "pre_norm": "model.pre_norm", "activation": "model.activation",
+    "src": "src",
+    "tgt": "tgt",
+    "valid_src": "valid_src",
+    "valid_tgt": "valid_tgt",
+    "tokenizer": "tokenizer",
+    "out": "out",
+    "max_tokens": "max_tokens",
+    "accum": "accum",
+    "max_steps": "max_steps",
+    "max_epochs": "max_epochs",
+    "max_time": "max_time",
+    "valid_every": "valid_every",
+    "valid_bleu_lines": "valid_bleu_lines",
+    "seed": "seed",
+    "device": "device",
+    "precision": "precision",
+    "lr_factor": "lr_factor",
+    "warmup": "warmup",
+    "label_smoothing": "label_smoothing",
+    "keep": "keep",
+    "patience": "patience",
+    "src_lang": "src_lang",
+    "tgt_lang": "tgt_lang",
+    "log_every": "log_every",
+    "threads": "threads",
+    "d_model": "model.d_model",
+    "n_heads": "model.n_heads",
+    "n_enc_layers": "model.n_enc_layers",
+    "n_dec_layers": "model.n_dec_layers",
+    "d_ff": "model.d_ff",
+    "dropout": "model.dropout",
+    "pre_norm": "model.pre_norm",
+    "activation": "model.activation",
 }
 
 
@@ -31,9 +54,14 @@ class ProgressReporter:
     def __init__(self) -> None:
         self.live = console.is_terminal
         self.progress = Progress(
-            TextColumn("[bold]{task.fields[what]}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
-            console=console, transient=False,
+            TextColumn("[bold]{task.fields[what]}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[stats]}"),
+            console=console,
+            transient=False,
         )
         self.task = None
 
@@ -65,11 +93,18 @@ class ProgressReporter:
         elif isinstance(report, ValidReport):
             bleu = f" BLEU {report.bleu:.2f}" if report.bleu is not None else ""
             mark = " [green]new best[/]" if report.is_best else ""
-            console.print(f"valid step {report.step}: loss {report.loss:.3f} ppl {report.ppl:.2f}{bleu}{mark}")
+            console.print(
+                f"valid step {report.step}: loss {report.loss:.3f} ppl {report.ppl:.2f}{bleu}{mark}"
+            )
 
 
 @click.command("train")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file with TrainConfig fields.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="TOML file with TrainConfig fields.",
+)
 @click.option("--src", help="Training source text.")
 @click.option("--tgt", help="Training target text.")
 @click.option("--valid-src", help="Validation source text.")
@@ -83,7 +118,9 @@ class ProgressReporter:
 @click.option("--max-epochs", type=int, help="Stop after N epochs (0 = no limit).")
 @click.option("--max-time", type=float, help="Wall-clock budget in minutes (0 = no limit).")
 @click.option("--valid-every", type=int, help="Steps between validations.  [default: 500]")
-@click.option("--valid-bleu-lines", type=int, help="Validation lines translated for BLEU.  [default: 500]")
+@click.option(
+    "--valid-bleu-lines", type=int, help="Validation lines translated for BLEU.  [default: 500]"
+)
 @click.option("--seed", type=int, help="Random seed.  [default: 1]")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), help="[default: auto]")
 @click.option("--precision", type=click.Choice(["fp32", "bf16"]), help="[default: fp32]")
@@ -102,7 +139,9 @@ class ProgressReporter:
 @click.option("--n-dec-layers", type=int, help="[default: 3]")
 @click.option("--d-ff", type=int, help="[default: 1024]")
 @click.option("--dropout", type=float, help="[default: 0.1]")
-@click.option("--pre-norm/--post-norm", default=None, help="LayerNorm placement.  [default: post-norm]")
+@click.option(
+    "--pre-norm/--post-norm", default=None, help="LayerNorm placement.  [default: post-norm]"
+)
 @click.option("--activation", type=click.Choice(["relu", "gelu"]), help="[default: relu]")
 def train_command(config_path, resume, **flags) -> None:
     """Train a Transformer; checkpoints go to OUT/best, OUT/last and OUT/step-N.

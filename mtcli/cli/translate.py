@@ -19,9 +19,18 @@ def format_result(t: Translation, fmt: str) -> str:
     if fmt == "text":
         return t.text
     if fmt == "tsv":
-        return f"{t.source}\t{t.text}\t{t.score:.4f}"
-    record = {"source": t.source, "translation": t.text, "score": round(t.score, 4),
-              "nbest": [{"translation": s, "score": round(sc, 4)} for s, sc in t.nbest]}
+        line = f"{t.source}\t{t.text}\t{t.score:.4f}"
+        if t.alignment is not None:
+            line += "\t" + " ".join(f"{s}-{g}" for s, g in t.alignment)
+        return line
+    record = {
+        "source": t.source,
+        "translation": t.text,
+        "score": round(t.score, 4),
+        "nbest": [{"translation": s, "score": round(sc, 4)} for s, sc in t.nbest],
+    }
+    if t.alignment is not None:
+        record["alignment"] = [list(pair) for pair in t.alignment]
     return json.dumps(record, ensure_ascii=False)
 
 
@@ -41,43 +50,101 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 
 @click.command("translate")
 @click.argument("text", nargs=-1)
-@click.option("--model", "-m", help="Model directory.  [default: $MTCLI_MODEL, then the shipped model]")
-@click.option("--input", "-i", "input_file", type=click.File("r", encoding="utf-8"), help="Read lines from FILE ('-' = stdin).")
-@click.option("--output", "-o", "output_file", type=click.File("w", encoding="utf-8", lazy=True), default="-", help="Write to FILE.")
-@click.option("--format", "fmt", type=click.Choice(["text", "tsv", "jsonl"]), default="text", show_default=True)
-@click.option("--quantize", type=click.Choice(["none", "int8"]), default="none", show_default=True,
-              help="int8: dynamic quantization of the Linear layers (CPU).")
+@click.option(
+    "--model", "-m", help="Model directory.  [default: $MTCLI_MODEL, then the shipped model]"
+)
+@click.option(
+    "--input",
+    "-i",
+    "input_file",
+    type=click.File("r", encoding="utf-8"),
+    help="Read lines from FILE ('-' = stdin).",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output_file",
+    type=click.File("w", encoding="utf-8", lazy=True),
+    default="-",
+    help="Write to FILE.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "tsv", "jsonl"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--quantize",
+    type=click.Choice(["none", "int8"]),
+    default="none",
+    show_default=True,
+    help="int8: dynamic quantization of the Linear layers (CPU).",
+)
+@click.option(
+    "--align", is_flag=True, help="Add source-target word alignments (tsv: 4th column; jsonl)."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
 @decode_options
-def translate_command(text, model, input_file, output_file, fmt, quantize, quiet, device, **decode) -> None:
+def translate_command(
+    text, model, input_file, output_file, fmt, quantize, align, quiet, device, **decode
+) -> None:
     """Translate TEXT, or stdin line by line (one output line per input line)."""
+    if align and fmt == "text":
+        raise click.BadParameter("--align needs --format tsv or jsonl", param_hint="--align")
     cfg = build_decode_config(**decode)
     loaded = load_model(default_model_dir(model), pick_device(device))
     net = loaded.model
     if quantize == "int8":
         net = torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8)
-    translator = Translator(net, loaded.tokenizer, cfg, device=pick_device(device),
-                            warn=(lambda m: None) if quiet else warn)
+    translator = Translator(
+        net,
+        loaded.tokenizer,
+        cfg,
+        device=pick_device(device),
+        warn=(lambda m: None) if quiet else warn,
+        align=align,
+    )
     for result in translator.translate_stream(_input_lines(text, input_file, cfg.chunk_lines)):
         output_file.write(format_result(result, fmt) + "\n")
         output_file.flush()
 
 
 @click.command("export")
-@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument(
+    "checkpoints", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False)
+)
 @click.option("--out", required=True, help="Model directory to write.")
-@click.option("--fp16/--fp32", default=True, show_default=True, help="Store weights in half precision.")
+@click.option(
+    "--fp16/--fp32", default=True, show_default=True, help="Store weights in half precision."
+)
 def export_command(checkpoints, out, fp16) -> None:
     """Average one or more checkpoints into a compact model directory without trainer state."""
     from mtcli.checkpoint import SaveRequest, average_weights, save_model
 
     loaded = load_model(checkpoints[0])
     if len(checkpoints) > 1:
-        loaded.model.load_state_dict(average_weights(list(map(__import__("pathlib").Path, checkpoints))), strict=False)
-    extra = {k: v for k, v in loaded.config.items() if k not in ("format", "mtcli_version", "model", "tokenizer", "src_lang", "tgt_lang")}
+        loaded.model.load_state_dict(
+            average_weights(list(map(__import__("pathlib").Path, checkpoints))), strict=False
+        )
+    extra = {
+        k: v
+        for k, v in loaded.config.items()
+        if k not in ("format", "mtcli_version", "model", "tokenizer", "src_lang", "tgt_lang")
+    }
     extra["averaged_from"] = [str(c) for c in checkpoints]
-    save_model(loaded.model, out, SaveRequest(
-        tokenizer_dir=loaded.path, src_lang=loaded.config.get("src_lang", ""), tgt_lang=loaded.tgt_lang,
-        extra=extra, dtype=torch.float16 if fp16 else torch.float32,
-    ))
-    console.print(f"wrote {out} ({'fp16' if fp16 else 'fp32'}, averaged over {len(checkpoints)} checkpoint(s))")
+    save_model(
+        loaded.model,
+        out,
+        SaveRequest(
+            tokenizer_dir=loaded.path,
+            src_lang=loaded.config.get("src_lang", ""),
+            tgt_lang=loaded.tgt_lang,
+            extra=extra,
+            dtype=torch.float16 if fp16 else torch.float32,
+        ),
+    )
+    console.print(
+        f"wrote {out} ({'fp16' if fp16 else 'fp32'}, averaged over {len(checkpoints)} checkpoint(s))"
+    )

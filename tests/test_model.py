@@ -133,7 +133,7 @@ def test_save_load_in_fresh_process_gives_identical_logits(tmp_path, enzh_tokeni
     expected = model(src, tgt)
     torch.save({"src": src, "tgt": tgt}, tmp_path / "inputs.pt")
     code = (
-        "import sys, torch; from mtcli.checkpoint import load_model;"
+        "import sys, torch; from mtcli.checkpoint import load_model; torch.set_num_threads(1);"
         "m = load_model(sys.argv[1]).model; d = torch.load(sys.argv[2]);"
         "torch.save(m(d['src'], d['tgt']), sys.argv[3])"
     )

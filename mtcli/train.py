@@ -317,12 +317,6 @@ def _train(
     say(Message(f"train {cfg.src}: {train_set.stats.summary()}"))
     if len(train_set) == 0:
         raise UserError(f"{cfg.src}: no usable training pairs")
-    valid_set, valid_src, valid_ref = None, [], []
-    if cfg.valid_src and cfg.valid_tgt:
-        valid_set = load_pairs(cfg.valid_src, cfg.valid_tgt, tokenizer, cfg)
-        valid_src = list(read_lines(cfg.valid_src))[: cfg.valid_bleu_lines]
-        valid_ref = list(read_lines(cfg.valid_tgt))[: cfg.valid_bleu_lines]
-        say(Message(f"valid {cfg.valid_src}: {valid_set.stats.summary()}"))
 
     optimizer = torch.optim.Adam(
         model.parameters(),
@@ -331,11 +325,10 @@ def _train(
         eps=1e-9,
         weight_decay=cfg.weight_decay,
     )
-    step, epoch, batch_pos, best, bad_valids = 0, 0, 0, None, 0
+    step, epoch, batch_pos = 0, 0, 0
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         step, epoch, batch_pos = state["step"], state["epoch"], state["batch_pos"]
-        best, bad_valids = state.get("best"), state.get("bad_valids", 0)
         set_rng_state(state["rng"])
     net = torch.nn.parallel.DistributedDataParallel(model) if ddp.world > 1 else model
 
@@ -347,8 +340,8 @@ def _train(
                 "step": step,
                 "epoch": epoch,
                 "batch_pos": batch_pos,
-                "best": best,
-                "bad_valids": bad_valids,
+                "best": validate.best if validate else None,
+                "bad_valids": validate.bad if validate else 0,
                 "rng": rng_state(),
             }
         save_model(
@@ -363,7 +356,20 @@ def _train(
             ),
         )
 
-    result = TrainResult(step=step, best=best, out=out)
+    validate = None
+    if cfg.valid_src and cfg.valid_tgt:
+        valid_set = load_pairs(cfg.valid_src, cfg.valid_tgt, tokenizer, cfg)
+        say(Message(f"valid {cfg.valid_src}: {valid_set.stats.summary()}"))
+        validate = Validator(
+            model, tokenizer, valid_set,
+            sources=list(read_lines(cfg.valid_src))[: cfg.valid_bleu_lines],
+            references=list(read_lines(cfg.valid_tgt))[: cfg.valid_bleu_lines],
+            cfg=cfg, device=device, save=save, say=say,
+        )  # fmt: skip
+        if state is not None:
+            validate.best, validate.bad = state.get("best"), state.get("bad_valids", 0)
+
+    result = TrainResult(step=step, best=None, out=out)
     start = time.monotonic()
     window_tokens, window_start = 0.0, start
     with StopFlag() as stop:
@@ -399,23 +405,11 @@ def _train(
                     )
                     say(StepReport(step, epoch + 1, loss, lr, rate, now - start, fraction))
 
-                if valid_set is not None and step % cfg.valid_every == 0:
+                bad_valids = 0
+                if validate is not None and step % cfg.valid_every == 0:
                     if ddp.is_main:
-                        best, bad_valids, improved = _validate_and_save(
-                            model,
-                            tokenizer,
-                            valid_set,
-                            valid_src,
-                            valid_ref,
-                            cfg,
-                            device,
-                            step,
-                            best,
-                            bad_valids,
-                            save,
-                            say,
-                        )
-                    bad_valids = int(ddp.sum(bad_valids if ddp.is_main else 0))
+                        validate(step)
+                    bad_valids = int(ddp.sum(validate.bad if ddp.is_main else 0))  # for patience
                 out_of_budget = (
                     (cfg.max_steps and step >= cfg.max_steps)
                     or (cfg.max_time and now - start >= cfg.max_time * 60)
@@ -431,24 +425,11 @@ def _train(
         # the end (budget, patience, epochs or a signal): validate what was not yet validated,
         # then always leave a resumable `last`
         if ddp.is_main:
-            if valid_set is not None and stop.signum is None and step % cfg.valid_every:
-                best, bad_valids, _ = _validate_and_save(
-                    model,
-                    tokenizer,
-                    valid_set,
-                    valid_src,
-                    valid_ref,
-                    cfg,
-                    device,
-                    step,
-                    best,
-                    bad_valids,
-                    save,
-                    say,
-                )
+            if validate is not None and stop.signum is None and step % cfg.valid_every:
+                validate(step)
             save(out / "last", with_state=True)
         ddp.barrier()
-        result.step, result.best = step, best
+        result.step, result.best = step, validate.best if validate else None
         if stop.signum is not None:
             code = 130 if stop.signum == signal.SIGINT else 143
             raise Interrupted(
@@ -456,7 +437,7 @@ def _train(
                 f"mtcli train ... --resume {out / 'last'}",
                 code,
             )
-    if valid_set is None and ddp.is_main:
+    if validate is None and ddp.is_main:
         save(out / "best", with_state=False)  # nothing to select by: the final model is the best
     return result
 
@@ -478,40 +459,40 @@ def _accumulate(
     return loss_sum, n_tokens
 
 
-def _validate_and_save(
-    model,
-    tokenizer,
-    valid_set,
-    valid_src,
-    valid_ref,
-    cfg,
-    device,
-    step,
-    best,
-    bad_valids,
-    save,
-    say,
-):
-    """Score the model on the validation set, update best/, last/ and step-N/; returns new (best, bad, improved)."""
-    loss = validate_loss(model, valid_set, cfg, device)
-    score = None
-    if cfg.valid_bleu_lines and valid_src:
-        score = validate_bleu(model, tokenizer, valid_src, valid_ref, cfg, device)
-    # BLEU first; the loss breaks ties (BLEU saturates on easy sets long before the loss does)
-    metric = [score if score is not None else 0.0, -loss]
-    improved = best is None or metric > list(best)
-    if improved:
-        best, bad_valids = metric, 0
-    else:
-        bad_valids += 1
-    say(ValidReport(step, loss, score, improved))
-    extra = {"valid": {"loss": loss, "bleu": score}}
-    out = Path(cfg.out)
-    save(out / f"step-{step}", with_state=False, extra=extra)
-    prune_step_dirs(out, cfg.keep)
-    if improved:
-        save(out / "best", with_state=False, extra=extra)
-    return best, bad_valids, improved
+@dataclass
+class Validator:
+    """Scores the model every `valid_every` steps and keeps best/, step-N/ and the patience count."""
+
+    model: Seq2Seq
+    tokenizer: Tokenizer
+    corpus: Corpus
+    sources: list[str]  # the first valid_bleu_lines lines, translated for BLEU
+    references: list[str]
+    cfg: TrainConfig
+    device: torch.device
+    save: Callable[..., None]
+    say: Callable[[Report], None]
+    best: list[float] | None = None  # [BLEU, -loss] of the best validation so far
+    bad: int = 0  # validations since the last improvement
+
+    def __call__(self, step: int) -> None:
+        loss = validate_loss(self.model, self.corpus, self.cfg, self.device)
+        score = None
+        if self.cfg.valid_bleu_lines and self.sources:
+            score = validate_bleu(
+                self.model, self.tokenizer, self.sources, self.references, self.cfg, self.device
+            )
+        # BLEU first; the loss breaks ties (BLEU saturates on easy sets long before the loss does)
+        metric = [score if score is not None else 0.0, -loss]
+        improved = self.best is None or metric > list(self.best)
+        self.best, self.bad = (metric, 0) if improved else (self.best, self.bad + 1)
+        self.say(ValidReport(step, loss, score, improved))
+        extra = {"valid": {"loss": loss, "bleu": score}}
+        out = Path(self.cfg.out)
+        self.save(out / f"step-{step}", with_state=False, extra=extra)
+        prune_step_dirs(out, self.cfg.keep)
+        if improved:
+            self.save(out / "best", with_state=False, extra=extra)
 
 
 def _fraction_done(cfg: TrainConfig, step: int, epochs_done: float, elapsed: float) -> float | None:

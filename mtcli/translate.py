@@ -74,29 +74,14 @@ class Translator:
         src_ids = pad(src).to(self.device)  # (B, S)
         src_mask = padding_mask(src_ids)
         cfg = self.cfg
+        common = dict(
+            max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, alpha=cfg.length_penalty,
+            use_cache=cfg.use_cache, with_attention=self.align,
+        )  # fmt: skip
         if cfg.beam_size == 1:
-            hyps = greedy(
-                self.model,
-                src_ids,
-                src_mask,
-                max_len_a=cfg.max_len_a,
-                max_len_b=cfg.max_len_b,
-                alpha=cfg.length_penalty,
-                use_cache=cfg.use_cache,
-                with_attention=self.align,
-            )
-            return [[h] for h in hyps]
+            return [[h] for h in greedy(self.model, src_ids, src_mask, **common)]
         return beam_search(
-            self.model,
-            src_ids,
-            src_mask,
-            beam_size=cfg.beam_size,
-            alpha=cfg.length_penalty,
-            max_len_a=cfg.max_len_a,
-            max_len_b=cfg.max_len_b,
-            nbest=cfg.nbest,
-            use_cache=cfg.use_cache,
-            with_attention=self.align,
+            self.model, src_ids, src_mask, beam_size=cfg.beam_size, nbest=cfg.nbest, **common
         )
 
     def _batches(self, lengths: list[int]) -> Iterator[list[int]]:

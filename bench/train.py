@@ -47,18 +47,31 @@ class ReferenceTransformer(nn.Module):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.src_vocab_size, cfg.d_model, padding_idx=PAD_ID)
         self.core = nn.Transformer(
-            d_model=cfg.d_model, nhead=cfg.n_heads, num_encoder_layers=cfg.n_enc_layers,
-            num_decoder_layers=cfg.n_dec_layers, dim_feedforward=cfg.d_ff, dropout=cfg.dropout, batch_first=True,
+            d_model=cfg.d_model,
+            nhead=cfg.n_heads,
+            num_encoder_layers=cfg.n_enc_layers,
+            num_decoder_layers=cfg.n_dec_layers,
+            dim_feedforward=cfg.d_ff,
+            dropout=cfg.dropout,
+            batch_first=True,
         )
-        self.register_buffer("positions", Seq2Seq(dataclasses.replace(cfg, n_enc_layers=0, n_dec_layers=0)).positions)
+        self.register_buffer(
+            "positions", Seq2Seq(dataclasses.replace(cfg, n_enc_layers=0, n_dec_layers=0)).positions
+        )
 
     def forward(self, src_ids, tgt_ids):
         scale = math.sqrt(self.cfg.d_model)
         src = self.embed(src_ids) * scale + self.positions[: src_ids.size(1)]
         tgt = self.embed(tgt_ids) * scale + self.positions[: tgt_ids.size(1)]
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_ids.size(1))
-        out = self.core(src, tgt, tgt_mask=causal, src_key_padding_mask=src_ids == PAD_ID,
-                        memory_key_padding_mask=src_ids == PAD_ID, tgt_is_causal=True)
+        out = self.core(
+            src,
+            tgt,
+            tgt_mask=causal,
+            src_key_padding_mask=src_ids == PAD_ID,
+            memory_key_padding_mask=src_ids == PAD_ID,
+            tgt_is_causal=True,
+        )
         return F.linear(out, self.embed.weight)
 
 
@@ -66,7 +79,9 @@ def forward_flops(cfg: ModelConfig, B: int, S: int, T: int) -> float:
     """Forward FLOPs of one padded batch (see the module docstring)."""
     D, F_, H, V = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.tgt_vocab_size
     K = D // H
-    enc = cfg.n_enc_layers * (2 * B * S * D * 4 * D + 2 * B * S * D * F_ * 2 + 4 * B * H * S * S * K)
+    enc = cfg.n_enc_layers * (
+        2 * B * S * D * 4 * D + 2 * B * S * D * F_ * 2 + 4 * B * H * S * S * K
+    )
     dec_self = 2 * B * T * D * 4 * D + 4 * B * H * T * T * K
     dec_cross = 2 * B * T * D * 2 * D + 2 * B * S * D * 2 * D + 4 * B * H * T * S * K
     dec = cfg.n_dec_layers * (dec_self + dec_cross + 2 * B * T * D * F_ * 2)
@@ -90,7 +105,9 @@ def matmul_peak(cfg: ModelConfig, rows: int, dtype: torch.dtype, repeats: int = 
     return total_flops / total_time
 
 
-def time_training(model, corpus, batches, cfg: TrainConfig, precision: str, warmup_steps: int) -> dict:
+def time_training(
+    model, corpus, batches, cfg: TrainConfig, precision: str, warmup_steps: int
+) -> dict:
     """Train on `batches` (the first `warmup_steps` untimed); tokens/s and FLOP/s of the timed part."""
     optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
     device = torch.device("cpu")
@@ -115,7 +132,11 @@ def time_training(model, corpus, batches, cfg: TrainConfig, precision: str, warm
             B, S = batch.src_ids.shape
             flops += 3 * forward_flops(model.cfg, B, S, batch.tgt_in.size(1))
     seconds = time.perf_counter() - start
-    return {"tgt_tokens_per_s": round(tokens / seconds, 1), "flops_per_s": flops / seconds, "seconds": round(seconds, 1)}
+    return {
+        "tgt_tokens_per_s": round(tokens / seconds, 1),
+        "flops_per_s": flops / seconds,
+        "seconds": round(seconds, 1),
+    }
 
 
 def main() -> None:
@@ -126,35 +147,64 @@ def main() -> None:
     args = ap.parse_args()
     data = SHARED / "tatoeba-en-zh"
     tmp = Path(tempfile.mkdtemp())
-    tok = train_tokenizer(data / "train.en", data / "train.zh", tmp / "tok", TokenizerOptions(vocab_size=args.vocab_size))
-    corpus = load_corpus(read_parallel(data / "train.en", data / "train.zh"), tok.encode_src, tok.encode_tgt)
-    valid = load_corpus(read_parallel(data / "valid.en", data / "valid.zh"), tok.encode_src, tok.encode_tgt)
+    tok = train_tokenizer(
+        data / "train.en",
+        data / "train.zh",
+        tmp / "tok",
+        TokenizerOptions(vocab_size=args.vocab_size),
+    )
+    corpus = load_corpus(
+        read_parallel(data / "train.en", data / "train.zh"), tok.encode_src, tok.encode_tgt
+    )
+    valid = load_corpus(
+        read_parallel(data / "valid.en", data / "valid.zh"), tok.encode_src, tok.encode_tgt
+    )
     cfg = TrainConfig(max_tokens=4096, warmup=4000, lr_factor=2.0)
-    model_cfg = ModelConfig(src_vocab_size=tok.src_vocab_size, tgt_vocab_size=tok.tgt_vocab_size, dropout=0.1)
-    batches = epoch_batches(corpus, max_tokens=cfg.max_tokens, seed=1, epoch=0)[: args.warmup_steps + args.steps]
+    model_cfg = ModelConfig(
+        src_vocab_size=tok.src_vocab_size, tgt_vocab_size=tok.tgt_vocab_size, dropout=0.1
+    )
+    batches = epoch_batches(corpus, max_tokens=cfg.max_tokens, seed=1, epoch=0)[
+        : args.warmup_steps + args.steps
+    ]
 
     results = {}
     for name, precision in (("mtcli_fp32", "fp32"), ("mtcli_bf16", "bf16")):
         torch.manual_seed(0)
         model = Seq2Seq(model_cfg)
         results[name] = time_training(model, corpus, batches, cfg, precision, args.warmup_steps)
-        results[name]["valid_loss"] = round(validate_loss(model, valid, dataclasses.replace(cfg, precision=precision), torch.device("cpu")), 4)
+        results[name]["valid_loss"] = round(
+            validate_loss(
+                model, valid, dataclasses.replace(cfg, precision=precision), torch.device("cpu")
+            ),
+            4,
+        )
         results[name]["parameters"] = model.num_parameters()
     torch.manual_seed(0)
     reference = ReferenceTransformer(model_cfg)
-    results["torch_nn_transformer_fp32"] = time_training(reference, corpus, batches, cfg, "fp32", args.warmup_steps)
-    results["torch_nn_transformer_fp32"]["parameters"] = sum(p.numel() for p in reference.parameters())
+    results["torch_nn_transformer_fp32"] = time_training(
+        reference, corpus, batches, cfg, "fp32", args.warmup_steps
+    )
+    results["torch_nn_transformer_fp32"]["parameters"] = sum(
+        p.numel() for p in reference.parameters()
+    )
 
     mean_rows = sum(len(b) * max(corpus.tgt_len(i) for i in b) for b in batches) / len(batches)
     peak_fp32 = matmul_peak(model_cfg, int(mean_rows), torch.float32)
     peak_bf16 = matmul_peak(model_cfg, int(mean_rows), torch.bfloat16)
     ref = results["torch_nn_transformer_fp32"]["tgt_tokens_per_s"]
     record = {
-        "steps": args.steps, "threads": torch.get_num_threads(), "results": results,
+        "steps": args.steps,
+        "threads": torch.get_num_threads(),
+        "results": results,
         "fp32_vs_reference": round(results["mtcli_fp32"]["tgt_tokens_per_s"] / ref, 3),
         "bf16_vs_reference": round(results["mtcli_bf16"]["tgt_tokens_per_s"] / ref, 3),
-        "bf16_valid_loss_change": round(results["mtcli_bf16"]["valid_loss"] / results["mtcli_fp32"]["valid_loss"] - 1, 4),
-        "matmul_peak_gflops": {"fp32": round(peak_fp32 / 1e9, 1), "bf16": round(peak_bf16 / 1e9, 1)},
+        "bf16_valid_loss_change": round(
+            results["mtcli_bf16"]["valid_loss"] / results["mtcli_fp32"]["valid_loss"] - 1, 4
+        ),
+        "matmul_peak_gflops": {
+            "fp32": round(peak_fp32 / 1e9, 1),
+            "bf16": round(peak_bf16 / 1e9, 1),
+        },
         "model_flop_share_of_matmul_peak": {
             "fp32": round(results["mtcli_fp32"]["flops_per_s"] / peak_fp32, 3),
             "bf16": round(results["mtcli_bf16"]["flops_per_s"] / peak_bf16, 3),

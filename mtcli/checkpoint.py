@@ -11,9 +11,7 @@ Loading never executes code from the directory. Knows nothing about training loo
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from mtcli import __version__
+from mtcli import __version__, files
 from mtcli.config import ModelConfig, from_dict, to_dict
 from mtcli.errors import UserError
 from mtcli.model import Seq2Seq
@@ -73,35 +71,15 @@ def _unique_tensors(model: Seq2Seq, dtype: torch.dtype) -> dict[str, torch.Tenso
     return tensors
 
 
-def replace_dir(tmp: Path, dst: Path) -> None:
-    """Move a finished directory into place. At every instant either `dst` or `dst.old` is whole.
-
-    POSIX cannot rename onto a non-empty directory, so the old one steps aside first; a crash
-    between the two renames leaves `dst.old`, which `resolve_dir` falls back to.
-    """
-    old = dst.with_name(dst.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
-    if dst.exists():
-        os.replace(dst, old)
-    os.replace(tmp, dst)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def resolve_dir(path: str | Path) -> Path:
-    """The directory to read: `path`, or `path.old` left by a save interrupted mid-swap."""
-    path = Path(path)
-    old = path.with_name(path.name + ".old")
-    if not (path / CONFIG_FILE).is_file() and (old / CONFIG_FILE).is_file():
-        return old
-    return path
+    """The model directory to read (see files.resolve_dir)."""
+    return files.resolve_dir(path, CONFIG_FILE)
 
 
 def save_model(model: Seq2Seq, path: str | Path, request: SaveRequest) -> Path:
     """Write a complete model directory to a temp dir beside `path`, then swap it in."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
+    tmp = files.temp_dir_beside(path)
     try:
         tok_files = Tokenizer.model_files(request.tokenizer_dir)
         for name in tok_files:
@@ -119,7 +97,7 @@ def save_model(model: Seq2Seq, path: str | Path, request: SaveRequest) -> Path:
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         if request.trainer_state is not None:
             torch.save(request.trainer_state, tmp / STATE_FILE)
-        replace_dir(tmp, path)
+        files.replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

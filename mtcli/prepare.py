@@ -13,7 +13,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 import time
 import unicodedata
 import urllib.error
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtcli.errors import UserError
+from mtcli.files import temp_dir_beside
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
@@ -372,7 +372,7 @@ def prepare(
 def _write_splits(out: Path, splits: dict[str, Pairs], manifest: dict) -> None:
     """Write every file to a temp folder first, then move them in: no half-written output."""
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".prepare-", dir=out))
+    tmp = temp_dir_beside(out / ".prepare")
     try:
         for split, p in splits.items():
             for ext, lines in (("src", p.src), ("tgt", p.tgt), ("attr", p.attr)):

@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from mtcli.errors import UserError
+from mtcli.files import replace_dir, temp_dir_beside
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
@@ -82,8 +81,7 @@ def train_tokenizer(
         if not Path(path).is_file():
             raise UserError(f"{path}: no such file")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    tmp = temp_dir_beside(out)
     if opts.joint:
         _train_one(_iter_lines([src, tgt]), tmp / "spm", opts)
         meta = {"joint": True, "src_model": "spm.model", "tgt_model": "spm.model"}
@@ -94,9 +92,7 @@ def train_tokenizer(
     for vocab in tmp.glob("*.vocab"):
         vocab.unlink()  # the .model file holds the vocabulary too
     (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    replace_dir(tmp, out)
     return Tokenizer.load(out)
 
 

@@ -181,3 +181,18 @@ def test_mismatched_tokenizer_is_refused(tmp_path, enzh_tokenizer, enzh_files):
     (tmp_path / "m" / "spm.model").write_bytes((tmp_path / "other" / "spm.model").read_bytes())
     with pytest.raises(UserError, match="does not match"):
         load_model(tmp_path / "m")
+
+
+def test_interrupted_swap_falls_back_to_the_old_directory(tmp_path, enzh_tokenizer):
+    """A save killed between its two renames leaves DIR.old, which loads; a later save cleans up."""
+    import os
+
+    from mtcli.tokenizer import Tokenizer
+
+    vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
+    model = Seq2Seq(tiny_config(vocab=vocab))
+    save_model(model, tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer))
+    os.replace(tmp_path / "m", tmp_path / "m.old")  # the moment after the first rename
+    assert load_model(tmp_path / "m").path.name == "m.old"
+    save_model(model, tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer))
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("m")) == ["m"]

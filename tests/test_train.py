@@ -212,6 +212,8 @@ def test_train_flags_override_toml(tmp_path):
 def test_patience_stops_early(tmp_path):
     """With nothing to learn (lr 0), the second validation brings no improvement: patience 1 stops there."""
     tok = copy_tokenizer(tmp_path)
-    cfg = copy_train_config(tmp_path, tok, lr_factor=0.0, max_steps=100, valid_every=2, patience=1, max_tokens=96)
+    cfg = copy_train_config(
+        tmp_path, tok, lr_factor=0.0, max_steps=100, valid_every=2, patience=1, max_tokens=96
+    )
     result = train(cfg)
     assert result.step == 4

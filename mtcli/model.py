@@ -241,7 +241,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.act = nn.ReLU() if activation == "relu" else nn.GELU()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, T, D)."""
@@ -267,7 +267,7 @@ class EncoderLayer(_Sublayers):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg.d_model, 2, cfg.dropout, cfg.pre_norm)
         self.self_attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.activation_dropout)
 
     def forward(
         self, x: Tensor, src_mask: Tensor, *, layer: int, record: AttentionRecord | None
@@ -282,7 +282,7 @@ class DecoderLayer(_Sublayers):
         super().__init__(cfg.d_model, 3, cfg.dropout, cfg.pre_norm)
         self.self_attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.cross_attn = CrossAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.activation_dropout)
 
     def forward(
         self, x: Tensor, memory: Tensor, src_mask: Tensor, *, layer: int, cache: KVCache | None

@@ -338,11 +338,16 @@ def prepare(
             for split, p in _read_multi30k(raw).items()
         }
         checksums = {f.name: sha256_of(raw / f.name) for f in spec.files}
+        for f in spec.files:
+            if opts.verify and f.sha256 and checksums[f.name] != f.sha256:
+                raise UserError(
+                    f"{raw / f.name}: checksum differs from the recorded release (--no-verify to accept)"
+                )
     else:
         pairs, text_sha = _read_tatoeba(raw)
-        if opts.verify and opts.from_dir is None and text_sha != TATOEBA_TEXT_SHA256:
+        if opts.verify and text_sha != TATOEBA_TEXT_SHA256:
             raise UserError(
-                f"{raw}: cmn.txt checksum {text_sha[:12]}... differs from the recorded release"
+                f"{raw}: cmn.txt differs from the recorded release (--no-verify to accept)"
             )
         cleaned = clean_pairs(
             pairs, form=opts.unicode_form, simplify=simplify, dedupe=True, dropped=dropped

@@ -167,3 +167,35 @@ def test_prepare_real_tatoeba_offline(tmp_path):
     test_keys = {P.english_key(s) for s in (tmp_path / "test.src").read_text().splitlines()}
     assert not train_keys & test_keys
     assert not set("們這說個") & set((tmp_path / "test.tgt").read_text())
+
+
+def test_prepare_real_multi30k_offline(tmp_path):
+    """Multi30k keeps its official splits (29,000 / 1,014 / 1,000 minus 3 duplicate train pairs)."""
+    raw = TATOEBA.parent / "multi30k-en-de" / "raw"
+    if not (raw / "train.en.gz").is_file():
+        pytest.skip(f"{raw} is absent")
+    manifest = P.prepare("multi30k-en-de", tmp_path, P.PrepareOptions(from_dir=str(raw)))
+    assert manifest["counts"] == {"train": 28997, "valid": 1014, "test": 1000}
+    assert manifest["dropped"] == {"duplicate": 3}
+    assert (tmp_path / "test.tgt").read_text().splitlines()[
+        0
+    ] == "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt."
+
+
+def test_local_copy_with_a_different_checksum_is_refused(tmp_path):
+    """--from a file that is not the recorded release is an error unless verification is off."""
+    import gzip
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "cmn.txt.gz").write_bytes(
+        gzip.compress(b"Hi.\t\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x80\x82\tattr\n")
+    )
+    with pytest.raises(UserError, match="differs from the recorded release"):
+        P.prepare("tatoeba-en-zh", tmp_path / "out", P.PrepareOptions(from_dir=str(raw)))
+    manifest = P.prepare(
+        "tatoeba-en-zh",
+        tmp_path / "out",
+        P.PrepareOptions(from_dir=str(raw), verify=False, n_test=0, n_valid=0),
+    )
+    assert manifest["counts"]["train"] == 1

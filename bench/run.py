@@ -1,0 +1,120 @@
+"""`make bench`: run every benchmark in its own process, then print one table.
+
+    python bench/run.py [--minutes 20] [--skip-quality] [--only train,decode,quality]
+
+Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
+benchmark can also be re-run alone (python bench/train.py) and the table re-printed
+(python bench/run.py --table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import REPO, RESULTS  # noqa: E402
+
+
+def _run(script: str, *args: str) -> None:
+    print(f"== {script} {' '.join(args)}", file=sys.stderr, flush=True)
+    subprocess.run([sys.executable, str(REPO / "bench" / script), *args], check=True, cwd=REPO)
+
+
+def _load(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def table() -> str:
+    rows = [("benchmark", "setting", "figure", "value")]
+    if t := _load("train"):
+        for name, r in t["results"].items():
+            rows.append(("train", name, "tgt tokens/s", f"{r['tgt_tokens_per_s']:,.0f}"))
+        rows += [
+            (
+                "train",
+                "mtcli fp32 / torch.nn.Transformer",
+                "ratio",
+                f"{t['fp32_vs_reference']:.2f}x",
+            ),
+            (
+                "train",
+                "mtcli bf16 / torch.nn.Transformer",
+                "ratio",
+                f"{t['bf16_vs_reference']:.2f}x",
+            ),
+            ("train", "bf16 vs fp32 valid loss", "change", f"{t['bf16_valid_loss_change']:+.2%}"),
+            (
+                "train",
+                "model FLOP/s / matmul FLOP/s",
+                "fp32",
+                f"{t['model_flop_share_of_matmul_peak']['fp32']:.2f}",
+            ),
+            (
+                "train",
+                "model FLOP/s / matmul FLOP/s",
+                "bf16",
+                f"{t['model_flop_share_of_matmul_peak']['bf16']:.2f}",
+            ),
+            ("train", "peak RSS", "MB", str(t["peak_rss_mb"])),
+        ]
+    if d := _load("decode"):
+        for name, r in d["results"].items():
+            rows.append(
+                (
+                    "decode",
+                    name,
+                    "sent/s | tok/s | BLEU",
+                    f"{r['sentences_per_s']:.1f} | {r['tgt_tokens_per_s']:.0f} | {r['bleu']:.2f}",
+                )
+            )
+        rows += [
+            ("decode", "beam 5 cached / uncached", "ratio", f"{d['beam5_cache_speedup']:.2f}x"),
+            ("decode", "greedy cached / uncached", "ratio", f"{d['greedy_cache_speedup']:.2f}x"),
+            ("decode", "int8 / fp32 (beam 5)", "ratio", f"{d['int8_speedup']:.2f}x"),
+            ("decode", "int8 - fp32 BLEU", "points", f"{d['int8_bleu_delta']:+.2f}"),
+            ("decode", "peak RSS", "MB", str(d["peak_rss_mb"])),
+        ]
+    for corpus in ("multi30k-en-de", "tatoeba-en-zh"):
+        if q := _load(f"quality-{corpus}"):
+            rows.append(
+                (
+                    "quality",
+                    f"{corpus}, {q['minutes']:g} min CPU",
+                    "BLEU | chrF2",
+                    f"{q['BLEU']:.2f} | {q['chrF2']:.2f} ({q['steps']} steps, peak {q['peak_rss_mb']} MB)",
+                )
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", default="20", help="training budget of each quality run")
+    ap.add_argument("--only", default="train,decode,quality")
+    ap.add_argument("--table", action="store_true", help="only print the table of existing results")
+    args = ap.parse_args()
+    if not args.table:
+        only = set(args.only.split(","))
+        if "train" in only:
+            _run("train.py")
+        if "decode" in only:
+            _run("decode.py", "--lines", "1000")
+        if "quality" in only:
+            _run("quality.py", "--corpus", "multi30k-en-de", "--minutes", args.minutes)
+            _run("quality.py", "--corpus", "tatoeba-en-zh", "--minutes", args.minutes)
+    print(table())
+
+
+if __name__ == "__main__":
+    main()

@@ -139,8 +139,16 @@ class _Stepper:
         return _mask_never_generated(logits.float().log_softmax(dim=-1))
 
     def reorder(self, rows: Tensor) -> None:
+        """Beam back-pointers: row i continues row rows[i] (within its sentence)."""
         if self.cache is not None:
             self.cache.reorder(rows)
+
+    def select(self, rows: Tensor) -> None:
+        """Keep only `rows` (the beams of sentences still searching)."""
+        self.memory = self.memory.index_select(0, rows)
+        self.src_mask = self.src_mask.index_select(0, rows)
+        if self.cache is not None:
+            self.cache.select(rows)
 
 
 @torch.inference_mode()
@@ -245,48 +253,58 @@ def beam_search(
     fin_scores = torch.full((B, k), NEG_INF, device=device)  # normalised
     fin_rows = torch.zeros((B, k), dtype=torch.long, device=device)  # decoder row of the EOS step
     parents: list[Tensor] = []  # per step, (B*k,): the row each next-step row continues
-    done = torch.zeros(B, dtype=torch.bool, device=device)
-    bos = torch.full((B * k, 1), BOS_ID, dtype=torch.long, device=device)
-    sentence_base = (torch.arange(B, device=device) * k)[
-        :, None
-    ]  # (B, 1): first row of each sentence
+    # sentences that are done leave the batch, so late steps cost only the long ones; a trace
+    # of attention needs stable rows, so recording keeps everyone
+    active = torch.arange(B, device=device)  # original index of each sentence still searching
+    out_tokens, out_scores = fin_tokens.clone(), fin_scores.clone()  # pools of departed sentences
 
     for step in range(n_steps):
-        history = torch.cat([bos, alive_tokens.view(B * k, step)], dim=1)  # (B*k, 1 + step)
-        log_probs = _force_eos(stepper(history), step >= row_max)  # (B*k, V)
+        Ba = active.numel()
+        sentence_base = torch.arange(Ba, device=device)[:, None] * k  # (Ba, 1): first row of each
+        bos = torch.full((Ba * k, 1), BOS_ID, dtype=torch.long, device=device)
+        history = torch.cat([bos, alive_tokens.view(Ba * k, step)], dim=1)  # (Ba*k, 1 + step)
+        log_probs = _force_eos(stepper(history), step >= row_max)  # (Ba*k, V)
         V = log_probs.size(-1)
-        cand = (alive_raw[:, :, None] + log_probs.view(B, k, V)).view(B, k * V)  # (B, k*V)
-        top_raw, top_idx = cand.topk(k, dim=1)  # (B, k), best first; dead beams give -inf
-        top_beam, top_token = top_idx // V, top_idx % V  # (B, k)
+        cand = (alive_raw[:, :, None] + log_probs.view(Ba, k, V)).view(Ba, k * V)  # (Ba, k*V)
+        top_raw, top_idx = cand.topk(k, dim=1)  # (Ba, k), best first; dead beams give -inf
+        top_beam, top_token = top_idx // V, top_idx % V  # (Ba, k)
         is_eos = (top_token == EOS_ID) & torch.isfinite(top_raw)
 
         # EOS continuations join the finished pool (sorted, k kept), scored with the length penalty
-        finishing = is_eos & ~done[:, None]
         new_scores = torch.where(
-            finishing, top_raw / length_penalty(step + 1, alpha), NEG_INF
-        )  # (B, k)
-        prefix = alive_tokens.gather(1, top_beam[:, :, None].expand(-1, -1, step))  # (B, k, step)
-        new_tokens = torch.full((B, k, n_steps), PAD_ID, dtype=torch.long, device=device)
+            is_eos, top_raw / length_penalty(step + 1, alpha), NEG_INF
+        )  # (Ba, k)
+        prefix = alive_tokens.gather(1, top_beam[:, :, None].expand(-1, -1, step))  # (Ba, k, step)
+        new_tokens = torch.full((Ba, k, n_steps), PAD_ID, dtype=torch.long, device=device)
         new_tokens[:, :, :step] = prefix
         new_tokens[:, :, step] = EOS_ID
-        fin_scores, keep = torch.cat([fin_scores, new_scores], dim=1).topk(k, dim=1)  # (B, k)
-        all_tokens = torch.cat([fin_tokens, new_tokens], dim=1)  # (B, 2k, n_steps)
+        fin_scores, keep = torch.cat([fin_scores, new_scores], dim=1).topk(k, dim=1)  # (Ba, k)
+        all_tokens = torch.cat([fin_tokens, new_tokens], dim=1)  # (Ba, 2k, n_steps)
         fin_tokens = all_tokens.gather(1, keep[:, :, None].expand(-1, -1, n_steps))
-        rows = sentence_base + top_beam  # (B, k) decoder rows the candidates came from
+        rows = sentence_base + top_beam  # (Ba, k) decoder rows the candidates came from
         fin_rows = torch.cat([fin_rows, rows], dim=1).gather(1, keep)
 
         # the other continuations stay live; a finished slot is dead (-inf) from now on
         alive_raw = top_raw.masked_fill(is_eos, NEG_INF)
-        alive_tokens = torch.cat([prefix, top_token[:, :, None]], dim=2)  # (B, k, step + 1)
+        alive_tokens = torch.cat([prefix, top_token[:, :, None]], dim=2)  # (Ba, k, step + 1)
         stepper.reorder(rows.view(-1))
         parents.append(rows.view(-1))
 
-        done |= _sentences_done(alive_raw, fin_scores, max_lens, nbest, alpha)
-        done |= step >= max_lens  # the forced EOS has been taken
+        done = _sentences_done(alive_raw, fin_scores, max_lens, nbest, alpha) | (step >= max_lens)
         if bool(done.all()):
             break
+        if recorder is None and bool(done.any()):
+            gone, stay = done.nonzero().squeeze(1), (~done).nonzero().squeeze(1)
+            out_tokens[active[gone]], out_scores[active[gone]] = fin_tokens[gone], fin_scores[gone]
+            active = active[stay]
+            alive_raw, alive_tokens, max_lens = alive_raw[stay], alive_tokens[stay], max_lens[stay]
+            fin_tokens, fin_scores, fin_rows = fin_tokens[stay], fin_scores[stay], fin_rows[stay]
+            stay_rows = (stay[:, None] * k + torch.arange(k, device=device)).view(-1)  # (Ba'*k,)
+            row_max = row_max[stay_rows]
+            stepper.select(stay_rows)
 
-    results = _collect(fin_tokens, fin_scores, nbest)
+    out_tokens[active], out_scores[active] = fin_tokens, fin_scores
+    results = _collect(out_tokens, out_scores, nbest)
     if recorder is not None:
         _attach_attention(results, recorder, fin_rows, parents, src_mask.sum(dim=1).tolist())
     return results

@@ -55,7 +55,7 @@ class ProgressReporter:
         self.live = console.is_terminal
         self.progress = Progress(
             TextColumn("[bold]{task.fields[what]}"),
-            BarColumn(),
+            BarColumn(bar_width=24),
             TextColumn("{task.percentage:>3.0f}%"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),

@@ -196,3 +196,17 @@ def test_interrupted_swap_falls_back_to_the_old_directory(tmp_path, enzh_tokeniz
     assert load_model(tmp_path / "m").path.name == "m.old"
     save_model(model, tmp_path / "m", SaveRequest(tokenizer_dir=enzh_tokenizer))
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("m")) == ["m"]
+
+
+def test_bf16_autocast_matches_fp32_closely():
+    """Under CPU bf16 autocast the logits stay close to fp32 and the backward pass runs."""
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config())
+    src, tgt = _batch(model)
+    expected = model(src, tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(src, tgt)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, atol=0.1, rtol=0.05)
+    got.float().sum().backward()
+    assert model.src_embed.weight.grad is not None

@@ -21,7 +21,7 @@ from bench.common import SHARED, SHIPPED, peak_rss_mb, read_lines, timed, write_
 from mtcli.checkpoint import load_model  # noqa: E402
 from mtcli.config import DecodeConfig  # noqa: E402
 from mtcli.evaluate import bleu  # noqa: E402
-from mtcli.translate import Translator  # noqa: E402
+from mtcli.translate import Translator, quantize_int8  # noqa: E402
 
 
 def run(model, tokenizer, lines, refs, *, beam: int, use_cache: bool) -> dict:
@@ -56,9 +56,7 @@ def main() -> None:
             rows[
                 f"{'greedy' if beam == 1 else 'beam5'}_{'cached' if use_cache else 'uncached'}"
             ] = run(loaded.model, loaded.tokenizer, lines, refs, beam=beam, use_cache=use_cache)
-    int8 = torch.ao.quantization.quantize_dynamic(
-        loaded.model, {torch.nn.Linear}, dtype=torch.qint8
-    )
+    int8 = quantize_int8(loaded.model)
     rows["beam5_cached_int8"] = run(int8, loaded.tokenizer, lines, refs, beam=5, use_cache=True)
     record = {
         "lines": len(lines),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import select
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -32,6 +33,19 @@ class Translation:
     nbest: list[tuple[str, float]] = field(default_factory=list)
     truncated: bool = False
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), with --align
+
+
+def quantize_int8(model: Seq2Seq) -> Seq2Seq:
+    """Dynamic int8 quantization of the Linear layers, for CPU decoding (torch.ao).
+
+    The tied output projection is not an nn.Linear and stays fp32. torch 2.10+ marks
+    torch.ao.quantization deprecated; it still works, so the warnings are silenced here
+    rather than shown to every user.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=UserWarning)
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
 class Translator:

@@ -61,7 +61,9 @@ def test_beam_of_one_is_greedy(tiny_model):
         b = beam_search(tiny_model, src, mask, beam_size=1, alpha=alpha, max_len_b=8)
         for gh, bh in zip(g, b, strict=True):
             assert bh[0].tokens == gh.tokens
-            assert bh[0].score == pytest.approx(gh.score, abs=1e-5)  # batch shapes differ: float rounding only
+            assert bh[0].score == pytest.approx(
+                gh.score, abs=1e-5
+            )  # batch shapes differ: float rounding only
 
 
 def _sequence_score(model, src, mask, tokens, alpha):

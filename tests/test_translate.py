@@ -118,3 +118,16 @@ def test_chunked_translation_keeps_order(copy_model_dir, copy_lines):
     )
     results = [t.text for t in translator.translate_stream(copy_lines)]
     assert results == copy_lines
+
+
+def test_int8_quantized_translation(copy_model_dir, copy_lines):
+    """--quantize int8 swaps the Linear layers for dynamic int8 ones and still copies its inputs."""
+    result = CliRunner().invoke(
+        main,
+        ["translate", "-m", str(copy_model_dir), "--quantize", "int8", "--greedy"],
+        input="\n".join(copy_lines) + "\n",
+    )
+    assert result.exit_code == 0, result.output
+    outputs = result.stdout.splitlines()
+    assert len(outputs) == len(copy_lines)
+    assert sum(a == b for a, b in zip(outputs, copy_lines, strict=True)) >= 0.9 * len(copy_lines)

@@ -12,7 +12,7 @@ import torch
 from mtcli.checkpoint import load_model
 from mtcli.cli.common import build_decode_config, console, decode_options, default_model_dir, warn
 from mtcli.train import pick_device
-from mtcli.translate import Translation, Translator, read_chunks
+from mtcli.translate import Translation, Translator, quantize_int8, read_chunks
 
 
 def format_result(t: Translation, fmt: str) -> str:
@@ -97,7 +97,7 @@ def translate_command(
     loaded = load_model(default_model_dir(model), pick_device(device))
     net = loaded.model
     if quantize == "int8":
-        net = torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8)
+        net = quantize_int8(net)
     translator = Translator(
         net,
         loaded.tokenizer,

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from mtcli.checkpoint import SaveRequest, load_model, load_trainer_state, read_config, save_model
 from mtcli.config import DecodeConfig, ModelConfig, TrainConfig, to_dict
 from mtcli.data import Corpus, collate, epoch_batches, load_corpus, read_lines, read_parallel
+from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted, UserError
 from mtcli.evaluate import bleu, bleu_tokenizer_for
 from mtcli.model import Seq2Seq
@@ -97,14 +98,6 @@ def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) 
         label_smoothing=smoothing,
         reduction="sum",
     )
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
 
 
 def autocast(device: torch.device, precision: str):
@@ -274,8 +267,8 @@ def train(
 ) -> TrainResult:
     """Train a model as `cfg` says; return where it stopped. Raises Interrupted on a signal."""
     device = pick_device(cfg.device)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if device.type == "cpu":
+        use_cores(cfg.threads)
     ddp = init_distributed(device)
     try:
         return _train(cfg, report, resume, device, ddp)

@@ -7,11 +7,16 @@ import torch
 
 from mtcli.attention import Heatmap, render, save_png, select
 from mtcli.checkpoint import load_model
-from mtcli.cli.common import build_decode_config, console, decode_options, default_model_dir
+from mtcli.cli.common import (
+    build_decode_config,
+    console,
+    decode_options,
+    default_model_dir,
+    runtime_device,
+)
 from mtcli.data import pad, padding_mask
 from mtcli.decode import beam_search
 from mtcli.tokenizer import EOS_ID
-from mtcli.train import pick_device
 
 
 @click.command("attention")
@@ -35,13 +40,16 @@ from mtcli.train import pick_device
     "--width", default=80, show_default=True, help="Columns the terminal heatmap may use."
 )
 @decode_options
-def attention_command(sentence, model, kind, layer, head, png, width, device, **decode) -> None:
+def attention_command(
+    sentence, model, kind, layer, head, png, width, device, threads, **decode
+) -> None:
     """Translate SENTENCE and draw its attention (rows attend to columns)."""
     cfg = build_decode_config(**decode)
-    loaded = load_model(default_model_dir(model), pick_device(device))
+    device = runtime_device(device, threads)
+    loaded = load_model(default_model_dir(model), device)
     tok = loaded.tokenizer
     src_ids = tok.encode_src(sentence)[: loaded.model.cfg.max_positions - 1] + [EOS_ID]
-    src = pad([src_ids]).to(pick_device(device))
+    src = pad([src_ids]).to(device)
     hyp = beam_search(
         loaded.model,
         src,

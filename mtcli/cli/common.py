@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import click
+import torch
 from rich.console import Console
 
 from mtcli.config import (
@@ -23,6 +24,7 @@ from mtcli.config import (
     to_dict,
     unknown_keys,
 )
+from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted, UserError
 
 SHIPPED_MODEL = Path(__file__).resolve().parents[2] / "models" / "en-zh-tiny"
@@ -104,10 +106,21 @@ def decode_options(func):
             show_default=True,
             type=click.Choice(["auto", "cpu", "cuda"]),
         ),
+        click.option(
+            "--threads", default=0, show_default=True, help="CPU threads (0 = all available)."
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def runtime_device(device: str, threads: int) -> torch.device:
+    """The device to decode on; on CPU, torch gets `threads` (0 = all available cores)."""
+    chosen = pick_device(device)
+    if chosen.type == "cpu":
+        use_cores(threads)
+    return chosen
 
 
 def build_decode_config(

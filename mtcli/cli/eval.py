@@ -6,11 +6,18 @@ import json
 import sys
 
 import click
+import torch
 from rich.console import Console
 from rich.table import Table
 
 from mtcli.checkpoint import load_model
-from mtcli.cli.common import build_decode_config, decode_options, default_model_dir, warn
+from mtcli.cli.common import (
+    build_decode_config,
+    decode_options,
+    default_model_dir,
+    runtime_device,
+    warn,
+)
 from mtcli.data import read_lines
 from mtcli.evaluate import (
     MetricOptions,
@@ -21,7 +28,6 @@ from mtcli.evaluate import (
     confidence,
     score_system,
 )
-from mtcli.train import pick_device
 from mtcli.translate import Translator
 
 
@@ -32,15 +38,15 @@ def _read(path: str) -> list[str]:
 
 
 def _translate_source(
-    model: str | None, src: str, device: str, decode: dict
+    model: str | None, src: str, device: torch.device, decode: dict
 ) -> tuple[list[str], str]:
     """Translate a source file with a model; also returns the model's target language."""
-    loaded = load_model(default_model_dir(model), pick_device(device))
+    loaded = load_model(default_model_dir(model), device)
     translator = Translator(
         loaded.model,
         loaded.tokenizer,
         build_decode_config(**decode),
-        device=pick_device(device),
+        device=device,
         warn=warn,
     )
     return [t.text for t in translator.translate_stream(_read(src))], loaded.tgt_lang
@@ -117,6 +123,7 @@ def eval_command(
     bootstrap,
     as_json,
     device,
+    threads,
     **decode,
 ) -> None:
     """Score translations with BLEU, chrF and TER (sacrebleu), with signatures."""
@@ -127,7 +134,7 @@ def eval_command(
         raise click.BadParameter(f"unknown metric(s) {', '.join(bad)}", param_hint="--metrics")
     ref_lines = [_read(r) for r in refs]
     if src:
-        out, model_lang = _translate_source(model, src, device, decode)
+        out, model_lang = _translate_source(model, src, runtime_device(device, threads), decode)
         systems = [(model or "model", out)]
         tgt_lang = tgt_lang or model_lang
     else:

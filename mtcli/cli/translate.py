@@ -10,8 +10,14 @@ import click
 import torch
 
 from mtcli.checkpoint import load_model
-from mtcli.cli.common import build_decode_config, console, decode_options, default_model_dir, warn
-from mtcli.train import pick_device
+from mtcli.cli.common import (
+    build_decode_config,
+    console,
+    decode_options,
+    default_model_dir,
+    runtime_device,
+    warn,
+)
 from mtcli.translate import Translation, Translator, quantize_int8, read_chunks
 
 
@@ -88,13 +94,14 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
 @decode_options
 def translate_command(
-    text, model, input_file, output_file, fmt, quantize, align, quiet, device, **decode
+    text, model, input_file, output_file, fmt, quantize, align, quiet, device, threads, **decode
 ) -> None:
     """Translate TEXT, or stdin line by line (one output line per input line)."""
     if align and fmt == "text":
         raise click.BadParameter("--align needs --format tsv or jsonl", param_hint="--align")
     cfg = build_decode_config(**decode)
-    loaded = load_model(default_model_dir(model), pick_device(device))
+    device = runtime_device(device, threads)
+    loaded = load_model(default_model_dir(model), device)
     net = loaded.model
     if quantize == "int8":
         net = quantize_int8(net)
@@ -102,7 +109,7 @@ def translate_command(
         net,
         loaded.tokenizer,
         cfg,
-        device=pick_device(device),
+        device=device,
         warn=(lambda m: None) if quiet else warn,
         align=align,
     )

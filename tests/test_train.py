@@ -217,3 +217,29 @@ def test_patience_stops_early(tmp_path):
     )
     result = train(cfg)
     assert result.step == 4
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    """accum over two batches gives the gradient of their union, normalised per target token."""
+    from mtcli.data import Corpus, collate
+    from mtcli.model import Seq2Seq
+    from mtcli.train import _accumulate, smoothed_loss
+    from tests.conftest import tiny_config
+
+    g = torch.Generator().manual_seed(0)
+    corpus = Corpus(
+        src=[torch.randint(4, 24, (n,), generator=g).tolist() + [EOS_ID] for n in (3, 5, 2, 6)],
+        tgt=[torch.randint(4, 24, (n,), generator=g).tolist() for n in (4, 2, 5, 3)],
+    )
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config())
+    cfg = TrainConfig(label_smoothing=0.1)
+    _accumulate(model, corpus, [[0, 1], [2, 3]], cfg, torch.device("cpu"))
+    accumulated = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    batch = collate(corpus, [0, 1, 2, 3])
+    (
+        smoothed_loss(model(batch.src_ids, batch.tgt_in), batch.tgt_out, 0.1) / batch.n_tgt_tokens
+    ).backward()
+    for a, p in zip(accumulated, model.parameters(), strict=True):
+        torch.testing.assert_close(a, p.grad, atol=1e-6, rtol=1e-4)

@@ -16,7 +16,9 @@ def test_help_lists_commands_and_a_pipeline():
         assert result.exit_code == 0
         for command in ("tokenizer", "train", "translate", "eval", "data", "attention", "export"):
             assert f"\n  {command} " in result.output
-        assert "mtcli translate -m runs/en-zh/best < data/tatoeba/test.src > hyp.txt" in result.output
+        assert (
+            "mtcli translate -m runs/en-zh/best < data/tatoeba/test.src > hyp.txt" in result.output
+        )
 
 
 def test_version():

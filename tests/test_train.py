@@ -75,48 +75,54 @@ def test_resume_gives_the_same_losses(tmp_path):
         assert torch.equal(pa, pb), name
 
 
+def _small_train_args(tmp_path, out, *extra: str) -> list[str]:
+    """`train` arguments for a 32-wide model on the copy corpus (for subprocess tests)."""
+    tok = copy_tokenizer(tmp_path)
+    cfg = copy_train_config(tmp_path, tok)
+    sizes = [
+        "--d-model",
+        "32",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "64",
+        "--n-enc-layers",
+        "1",
+        "--n-dec-layers",
+        "1",
+    ]
+    return [
+        "train",
+        "--src",
+        cfg.src,
+        "--tgt",
+        cfg.tgt,
+        "--tokenizer",
+        str(tok),
+        "--out",
+        str(out),
+        *sizes,
+        *extra,
+    ]
+
+
 @pytest.mark.slow
 def test_sigint_saves_a_resumable_last(tmp_path):
     """SIGINT during `mtcli train` finishes the step, saves a loadable last/, exits 130."""
-    tok = copy_tokenizer(tmp_path)
-    cfg = copy_train_config(tmp_path, tok)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mtcli",
-            "train",
-            "--src",
-            cfg.src,
-            "--tgt",
-            cfg.tgt,
-            "--tokenizer",
-            str(tok),
-            "--out",
-            str(tmp_path / "run"),
-            "--max-steps",
-            "100000",
-            "--log-every",
-            "1",
-            "--d-model",
-            "32",
-            "--n-heads",
-            "2",
-            "--d-ff",
-            "64",
-            "--n-enc-layers",
-            "1",
-            "--n-dec-layers",
-            "1",
-            "--max-tokens",
-            "256",
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "NO_COLOR": "1"},
+    args = _small_train_args(
+        tmp_path,
+        tmp_path / "run",
+        "--max-steps",
+        "100000",
+        "--log-every",
+        "1",
+        "--max-tokens",
+        "256",
     )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mtcli", *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
     seen = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -136,52 +142,32 @@ def test_sigint_saves_a_resumable_last(tmp_path):
 @pytest.mark.slow
 def test_torchrun_two_processes(tmp_path):
     """`torchrun --nproc_per_node=2 -m mtcli train` (gloo, CPU) finishes and its checkpoint loads."""
-    tok = copy_tokenizer(tmp_path)
-    cfg = copy_train_config(tmp_path, tok)
     out = tmp_path / "ddp"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--master_port=29517",
-            "-m",
-            "mtcli",
-            "train",
-            "--src",
-            cfg.src,
-            "--tgt",
-            cfg.tgt,
-            "--valid-src",
-            cfg.src,
-            "--valid-tgt",
-            cfg.tgt,
-            "--tokenizer",
-            str(tok),
-            "--out",
-            str(out),
-            "--max-steps",
-            "6",
-            "--valid-every",
-            "3",
-            "--d-model",
-            "32",
-            "--n-heads",
-            "2",
-            "--d-ff",
-            "64",
-            "--max-tokens",
-            "128",
-            "--threads",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env={**os.environ, "NO_COLOR": "1"},
+    args = _small_train_args(
+        tmp_path,
+        out,
+        "--max-steps",
+        "6",
+        "--valid-every",
+        "3",
+        "--max-tokens",
+        "128",
+        "--threads",
+        "1",
     )
+    src = args[args.index("--src") + 1]
+    args += ["--valid-src", src, "--valid-tgt", src]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port=29517",
+    ]
+    proc = subprocess.run(
+        [*torchrun, "-m", "mtcli", *args],
+        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 process(es)" in proc.stderr
     loaded = load_model(out / "last")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -157,12 +158,15 @@ def test_torchrun_two_processes(tmp_path):
     )
     src = args[args.index("--src") + 1]
     args += ["--valid-src", src, "--valid-tgt", src]
+    with socket.socket() as sock:  # a free port, so parallel runs do not collide
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     torchrun = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        "--master_port=29517",
+        f"--master_port={port}",
     ]
     proc = subprocess.run(
         [*torchrun, "-m", "mtcli", *args],

@@ -150,7 +150,10 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
         for k, v in load_file(str(path / WEIGHTS_FILE)).items()
     }
     missing, unexpected = model.load_state_dict(tensors, strict=False)
+    # tied weights are stored once, under their first name
     aliases = {"tgt_embed.weight"} if model_cfg.share_embeddings else set()
+    if model_cfg.tie_output:
+        aliases.add("out_proj.weight")
     if unexpected or set(missing) - aliases:
         raise UserError(
             f"{path / WEIGHTS_FILE}: weights do not fit the config (missing {missing}, unexpected {unexpected})"

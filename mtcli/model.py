@@ -336,8 +336,12 @@ class Seq2Seq(nn.Module):
         # pre-norm leaves the residual stream un-normalised, so each stack ends with a LayerNorm
         self.encoder_norm = nn.LayerNorm(D) if cfg.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(D) if cfg.pre_norm else nn.Identity()
-        self.out_proj = None if cfg.tie_output else nn.Linear(D, cfg.tgt_vocab_size, bias=False)
+        self.out_proj = nn.Linear(D, cfg.tgt_vocab_size, bias=False)
         self._init_weights()
+        if cfg.tie_output:
+            # one Parameter in two places: an nn.Linear (not F.linear on the embedding) so that
+            # int8 quantization, which swaps nn.Linear modules, reaches the largest matmul too
+            self.out_proj.weight = self.tgt_embed.weight
 
     def _init_weights(self) -> None:
         for module in self.modules():
@@ -388,9 +392,7 @@ class Seq2Seq(nn.Module):
             x = block(x, memory, mask, layer=layer, cache=cache)
         if cache is not None:
             cache.length += tgt_ids.size(1)
-        x = self.decoder_norm(x)
-        weight = self.tgt_embed.weight if self.out_proj is None else self.out_proj.weight
-        return F.linear(x, weight)  # (B, T, V)
+        return self.out_proj(self.decoder_norm(x))  # (B, T, V)
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
         """Teacher forcing: src_ids (B, S), tgt_ids (B, T) -> logits (B, T, V)."""

@@ -111,7 +111,7 @@ def test_padding_changes_nothing_real():
 def test_tied_and_shared_embeddings():
     """Output projection is the target embedding; source and target share one matrix when joint."""
     model = Seq2Seq(tiny_config())
-    assert model.src_embed.weight is model.tgt_embed.weight and model.out_proj is None
+    assert model.src_embed.weight is model.tgt_embed.weight is model.out_proj.weight
     untied = Seq2Seq(tiny_config(share_embeddings=False, tie_output=False, src_vocab_size=30))
     assert untied.src_embed.weight is not untied.tgt_embed.weight
     assert untied.out_proj.weight.shape == (24, 32)

@@ -68,8 +68,6 @@ def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
                 cell += f" (p={s.p_value:.4f}{'*' if s.p_value < 0.05 else ''})"
             cells.append(cell)
         table.add_row(name, *cells)
-    table.caption = "\n".join(f"{s.name}: {s.signature}" for s in first)
-    table.caption_justify = "left"
     return table
 
 
@@ -164,4 +162,7 @@ def eval_command(
         }
         click.echo(json.dumps(record, ensure_ascii=False))
     else:
-        Console(highlight=False).print(_table(results, n_lines))
+        out = Console(highlight=False, soft_wrap=True)
+        out.print(_table(results, n_lines))
+        for s in next(iter(results.values())):  # signatures in full, one per line, never wrapped
+            out.print(f"{s.name}: {s.signature}")

@@ -177,3 +177,25 @@ def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
         for name, tensor in load_file(str(resolve_dir(p) / WEIGHTS_FILE)).items():
             total[name] = total.get(name, 0) + tensor.double()
     return {name: (t / len(paths)).float() for name, t in total.items()}
+
+
+def export_model(checkpoints: list[Path], out: Path, dtype: torch.dtype = torch.float16) -> Path:
+    """Write the element-wise mean of checkpoints of one run as a model directory, no trainer state."""
+    loaded = load_model(checkpoints[0])
+    for other in checkpoints[1:]:
+        if read_config(other)["model"] != loaded.config["model"]:
+            raise UserError(
+                f"{other}: model config differs from {checkpoints[0]}; only one run's checkpoints average"
+            )
+    if len(checkpoints) > 1:
+        loaded.model.load_state_dict(average_weights(checkpoints), strict=False)
+    kept = ("train", "step", "valid") if len(checkpoints) == 1 else ("train",)
+    extra = {k: v for k, v in loaded.config.items() if k in kept}
+    if len(checkpoints) > 1:
+        extra["step"] = max(read_config(c).get("step", 0) for c in checkpoints)
+        extra["averaged_from"] = [f"step {read_config(c).get('step')}" for c in checkpoints]
+    request = SaveRequest(
+        tokenizer_dir=loaded.path, src_lang=loaded.config.get("src_lang", ""), tgt_lang=loaded.tgt_lang,
+        extra=extra, dtype=dtype,
+    )  # fmt: skip
+    return save_model(loaded.model, out, request)

@@ -210,3 +210,33 @@ def test_bf16_autocast_matches_fp32_closely():
     torch.testing.assert_close(got.float(), expected, atol=0.1, rtol=0.05)
     got.float().sum().backward()
     assert model.src_embed.weight.grad is not None
+
+
+def test_export_averages_checkpoints(tmp_path, enzh_tokenizer):
+    """export writes the element-wise mean of checkpoints (fp16), and refuses mixed shapes."""
+    from mtcli.checkpoint import export_model
+    from mtcli.tokenizer import Tokenizer
+
+    vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
+    models = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        models.append(Seq2Seq(tiny_config(vocab=vocab)))
+        save_model(
+            models[-1],
+            tmp_path / f"c{seed}",
+            SaveRequest(tokenizer_dir=enzh_tokenizer, extra={"step": seed}),
+        )
+    export_model([tmp_path / "c1", tmp_path / "c2"], tmp_path / "avg")
+    got = load_model(tmp_path / "avg").model.decoder_layers[1].ffn.down.weight
+    mean = (
+        models[0].decoder_layers[1].ffn.down.weight + models[1].decoder_layers[1].ffn.down.weight
+    ) / 2
+    torch.testing.assert_close(got, mean.half().float())
+    save_model(
+        Seq2Seq(tiny_config(vocab=vocab, d_ff=48)),
+        tmp_path / "c3",
+        SaveRequest(tokenizer_dir=enzh_tokenizer),
+    )
+    with pytest.raises(UserError, match="model config differs"):
+        export_model([tmp_path / "c1", tmp_path / "c3"], tmp_path / "bad")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 
 import click
 import torch
 
-from mtcli.checkpoint import load_model
+from mtcli.checkpoint import export_model, load_model
 from mtcli.cli.common import (
     build_decode_config,
     console,
@@ -128,30 +129,8 @@ def translate_command(
 )
 def export_command(checkpoints, out, fp16) -> None:
     """Average one or more checkpoints into a compact model directory without trainer state."""
-    from mtcli.checkpoint import SaveRequest, average_weights, save_model
-
-    loaded = load_model(checkpoints[0])
-    if len(checkpoints) > 1:
-        loaded.model.load_state_dict(
-            average_weights(list(map(__import__("pathlib").Path, checkpoints))), strict=False
-        )
-    extra = {
-        k: v
-        for k, v in loaded.config.items()
-        if k not in ("format", "mtcli_version", "model", "tokenizer", "src_lang", "tgt_lang")
-    }
-    extra["averaged_from"] = [str(c) for c in checkpoints]
-    save_model(
-        loaded.model,
-        out,
-        SaveRequest(
-            tokenizer_dir=loaded.path,
-            src_lang=loaded.config.get("src_lang", ""),
-            tgt_lang=loaded.tgt_lang,
-            extra=extra,
-            dtype=torch.float16 if fp16 else torch.float32,
-        ),
+    export_model(
+        [Path(c) for c in checkpoints], Path(out), torch.float16 if fp16 else torch.float32
     )
-    console.print(
-        f"wrote {out} ({'fp16' if fp16 else 'fp32'}, averaged over {len(checkpoints)} checkpoint(s))"
-    )
+    precision = "fp16" if fp16 else "fp32"
+    console.print(f"wrote {out} ({precision}, mean of {len(checkpoints)} checkpoint(s))")

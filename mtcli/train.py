@@ -27,7 +27,15 @@ import torch.nn.functional as F
 
 from mtcli.checkpoint import SaveRequest, load_model, load_trainer_state, read_config, save_model
 from mtcli.config import DecodeConfig, ModelConfig, TrainConfig, to_dict
-from mtcli.data import Corpus, collate, epoch_batches, load_corpus, read_lines, read_parallel
+from mtcli.data import (
+    Corpus,
+    check_parallel,
+    collate,
+    epoch_batches,
+    load_corpus,
+    read_lines,
+    read_parallel,
+)
 from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted, UserError
 from mtcli.evaluate import bleu, bleu_tokenizer_for
@@ -284,6 +292,12 @@ def _train(
     out = Path(cfg.out)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
+
+    # a corpus mistake (missing file, misaligned lines, bad UTF-8) should stop the run before
+    # minutes go into training a tokenizer on it
+    for src, tgt in ((cfg.src, cfg.tgt), (cfg.valid_src, cfg.valid_tgt)):
+        if src and tgt:
+            check_parallel(src, tgt)
 
     # tokenizer, model, optimizer: fresh or restored
     state = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -133,7 +134,7 @@ def eval_command(
     ref_lines = [_read(r) for r in refs]
     if src:
         out, model_lang = _translate_source(model, src, runtime_device(device, threads), decode)
-        systems = [(model or "model", out)]
+        systems = [(model or os.path.relpath(default_model_dir(None)), out)]
         tgt_lang = tgt_lang or model_lang
     else:
         if list(hyps).count("-") > 1:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
 import click
 import torch
+from rich.progress import MofNCompleteColumn, Progress
 
 from mtcli.checkpoint import export_model, load_model
 from mtcli.cli.common import (
@@ -114,9 +117,34 @@ def translate_command(
         warn=(lambda m: None) if quiet else warn,
         align=align,
     )
-    for result in translator.translate_stream(_input_lines(text, input_file, cfg.chunk_lines)):
-        output_file.write(format_result(result, fmt) + "\n")
-        output_file.flush()
+    results = translator.translate_stream(_input_lines(text, input_file, cfg.chunk_lines))
+    with _progress(input_file, quiet) as advance:
+        for result in results:
+            output_file.write(format_result(result, fmt) + "\n")
+            output_file.flush()
+            advance()
+
+
+@contextlib.contextmanager
+def _progress(input_file, quiet: bool):
+    """A line-count progress bar, only for a named input file and a terminal on stderr."""
+    name = getattr(input_file, "name", "-")
+    if (
+        quiet
+        or not console.is_terminal
+        or input_file is None
+        or name in ("-", "<stdin>")
+        or not os.path.isfile(name)
+    ):
+        yield lambda: None
+        return
+    with open(name, "rb") as f:
+        total = sum(1 for _ in f)
+    with Progress(
+        *Progress.get_default_columns(), MofNCompleteColumn(), console=console, transient=True
+    ) as bar:
+        task = bar.add_task("translate", total=total)
+        yield lambda: bar.advance(task)
 
 
 @click.command("export")

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
-from bench.common import SHARED, SHIPPED, peak_rss_mb, read_lines, timed, write_result  # noqa: E402
+from bench.common import REPO, SHARED, SHIPPED, peak_rss_mb, read_lines, timed, write_result  # noqa: E402
 from mtcli.checkpoint import load_model  # noqa: E402
 from mtcli.config import DecodeConfig  # noqa: E402
 from mtcli.evaluate import bleu  # noqa: E402
@@ -60,7 +61,7 @@ def main() -> None:
     rows["beam5_cached_int8"] = run(int8, loaded.tokenizer, lines, refs, beam=5, use_cache=True)
     record = {
         "lines": len(lines),
-        "model": args.model,
+        "model": os.path.relpath(args.model, REPO),
         "threads": torch.get_num_threads(),
         "parameters": loaded.model.num_parameters(),
         "results": rows,

@@ -100,6 +100,8 @@ def _mask_never_generated(log_probs: Tensor) -> Tensor:
 
 def _force_eos(log_probs: Tensor, rows: Tensor) -> Tensor:
     """On `rows` (bool, (N,)) only EOS may follow: every other token gets -inf."""
+    if not bool(rows.any()):  # the usual case: skip two full (N, V) passes
+        return log_probs
     eos = log_probs[:, EOS_ID].clone()
     log_probs[rows] = NEG_INF
     log_probs[:, EOS_ID] = eos
@@ -199,13 +201,9 @@ def greedy(
 
 def _strip(ids: list[int]) -> list[int]:
     """Cut at the first EOS and drop padding."""
-    out = []
-    for i in ids:
-        if i == EOS_ID:
-            break
-        if i != PAD_ID:
-            out.append(i)
-    return out
+    if EOS_ID in ids:
+        ids = ids[: ids.index(EOS_ID)]
+    return [i for i in ids if i != PAD_ID]
 
 
 @torch.inference_mode()

@@ -65,11 +65,6 @@ def read_parallel(src: str | Path, tgt: str | Path) -> Iterator[tuple[int, str, 
             yield line_no, _decode_line(raw_s, src, line_no), _decode_line(raw_t, tgt, line_no)
 
 
-def check_parallel(src: str | Path, tgt: str | Path) -> int:
-    """Read two aligned files once to find mistakes early; returns the number of pairs."""
-    return sum(1 for _ in read_parallel(src, tgt))
-
-
 def read_tsv(path: str | Path) -> Iterator[tuple[int, str, str]]:
     """Stream (line number, source, target) from a tab-separated file (extra columns ignored)."""
     for line_no, line in enumerate(read_lines(path), 1):
@@ -82,6 +77,11 @@ def read_tsv(path: str | Path) -> Iterator[tuple[int, str, str]]:
 def read_corpus(src: str | Path, tgt: str | Path | None = None) -> Iterator[tuple[int, str, str]]:
     """Two aligned files, or one TSV file when `tgt` is None."""
     return read_tsv(src) if tgt is None else read_parallel(src, tgt)
+
+
+def check_parallel(src: str | Path, tgt: str | Path | None) -> int:
+    """Read a corpus once to find mistakes early; returns the number of pairs."""
+    return sum(1 for _ in read_corpus(src, tgt))
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import os
 import random
@@ -33,8 +34,7 @@ from mtcli.data import (
     collate,
     epoch_batches,
     load_corpus,
-    read_lines,
-    read_parallel,
+    read_corpus,
 )
 from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted, UserError
@@ -186,6 +186,8 @@ def prepare_tokenizer(cfg: TrainConfig, ddp: Dist) -> Path:
     if cfg.tokenizer:
         Tokenizer.load(cfg.tokenizer)  # fail early on a bad directory
         return Path(cfg.tokenizer)
+    if not cfg.tgt:
+        raise UserError("a TSV corpus needs --tokenizer (train one with `mtcli tokenizer train`)")
     tok_dir = Path(cfg.out) / "tokenizer"
     if ddp.is_main and not (tok_dir / "tokenizer.json").is_file():
         train_tokenizer(
@@ -196,8 +198,9 @@ def prepare_tokenizer(cfg: TrainConfig, ddp: Dist) -> Path:
 
 
 def load_pairs(src: str, tgt: str, tokenizer: Tokenizer, cfg: TrainConfig) -> Corpus:
+    """Two aligned files, or one TSV file when `tgt` is empty."""
     return load_corpus(
-        read_parallel(src, tgt),
+        read_corpus(src, tgt or None),
         tokenizer.encode_src,
         tokenizer.encode_tgt,
         max_len=cfg.max_len,
@@ -296,8 +299,8 @@ def _train(
     # a corpus mistake (missing file, misaligned lines, bad UTF-8) should stop the run before
     # minutes go into training a tokenizer on it
     for src, tgt in ((cfg.src, cfg.tgt), (cfg.valid_src, cfg.valid_tgt)):
-        if src and tgt:
-            check_parallel(src, tgt)
+        if src:
+            check_parallel(src, tgt or None)
 
     # tokenizer, model, optimizer: fresh or restored
     state = None
@@ -364,13 +367,17 @@ def _train(
         )
 
     validate = None
-    if cfg.valid_src and cfg.valid_tgt:
+    if cfg.valid_src:
         valid_set = load_pairs(cfg.valid_src, cfg.valid_tgt, tokenizer, cfg)
         say(Message(f"valid {cfg.valid_src}: {valid_set.stats.summary()}"))
+        shown = list(
+            itertools.islice(
+                read_corpus(cfg.valid_src, cfg.valid_tgt or None), cfg.valid_bleu_lines
+            )
+        )
         validate = Validator(
             model, tokenizer, valid_set,
-            sources=list(read_lines(cfg.valid_src))[: cfg.valid_bleu_lines],
-            references=list(read_lines(cfg.valid_tgt))[: cfg.valid_bleu_lines],
+            sources=[src for _, src, _ in shown], references=[tgt for _, _, tgt in shown],
             cfg=cfg, device=device, save=save, say=say,
         )  # fmt: skip
         if state is not None:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from mtcli.checkpoint import load_model
 from mtcli.config import TrainConfig
 from mtcli.data import pad, padding_mask
 from mtcli.decode import greedy
+from mtcli.errors import UserError
 from mtcli.tokenizer import EOS_ID
 from mtcli.train import lr_at, train
 from tests.conftest import REPO, copy_tokenizer, copy_train_config, write_lines
@@ -233,3 +235,17 @@ def test_gradient_accumulation_equals_one_big_batch():
     ).backward()
     for a, p in zip(accumulated, model.parameters(), strict=True):
         torch.testing.assert_close(a, p.grad, atol=1e-6, rtol=1e-4)
+
+
+def test_tsv_corpus_trains(tmp_path):
+    """One source<TAB>target file (no --tgt) trains like two aligned files; without a tokenizer it is one line."""
+    tok = copy_tokenizer(tmp_path)
+    cfg = copy_train_config(tmp_path, tok, max_steps=3, valid_every=3)
+    tsv = write_lines(tmp_path / "c.tsv", [f"{s}\t{s}" for s in Path(cfg.src).read_text().splitlines()])
+    result = train(dataclasses.replace(cfg, src=str(tsv), tgt="", valid_src=str(tsv), valid_tgt=""))
+    assert (
+        result.step == 3
+        and load_model(tmp_path / "run" / "best").config["valid"]["bleu"] is not None
+    )
+    with pytest.raises(UserError, match="TSV corpus needs --tokenizer"):
+        train(dataclasses.replace(cfg, src=str(tsv), tgt="", tokenizer=""))

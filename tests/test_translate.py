@@ -93,7 +93,10 @@ def test_read_chunks_streams_before_input_ends():
     os.write(w, b"one\ntwo\n")
     assert next(chunks) == ["one", "two"]  # would block forever if it waited for 1,000 lines or EOF
     threading.Timer(0.05, lambda: (os.write(w, b"three\nfour"), os.close(w))).start()
-    assert [line for chunk in chunks for line in chunk] == ["three", "four"]  # last line needs no newline
+    assert [line for chunk in chunks for line in chunk] == [
+        "three",
+        "four",
+    ]  # last line needs no newline
     os.close(r)
 
 

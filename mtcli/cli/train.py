@@ -106,7 +106,7 @@ class ProgressReporter:
     help="TOML file with TrainConfig fields.",
 )
 @click.option("--src", help="Training source text.")
-@click.option("--tgt", help="Training target text.")
+@click.option("--tgt", help="Training target text (omit when --src is a source<TAB>target file).")
 @click.option("--valid-src", help="Validation source text.")
 @click.option("--valid-tgt", help="Validation target text.")
 @click.option("--tokenizer", help="Tokenizer directory (default: train one into OUT/tokenizer).")
@@ -152,8 +152,10 @@ def train_command(config_path, resume, **flags) -> None:
     overrides = {FLAGS[name]: value for name, value in flags.items()}
     base = resume_config(resume) if resume and not config_path else None
     cfg = train_config_from(config_path, overrides, base=base)
-    if not cfg.src or not cfg.tgt:
-        raise click.UsageError("--src and --tgt are required (or set src/tgt in --config)")
+    if not cfg.src:
+        raise click.UsageError(
+            "--src is required (or set src in --config); without --tgt it is a TSV file"
+        )
     echo_config(cfg)
     with ProgressReporter() as reporter:
         result = train(cfg, reporter, resume=resume)

@@ -60,7 +60,7 @@ demo: $(STAMP) $(TATOEBA)/demo.src
 demo-train: $(STAMP) $(TATOEBA)/demo.src
 	$(BIN)/mtcli tokenizer train --src $(TATOEBA)/train.src --tgt $(TATOEBA)/train.tgt --vocab-size 4000 --out runs/demo/tokenizer
 	$(BIN)/mtcli train --config mtcli/presets/en-zh-tiny.toml --tokenizer runs/demo/tokenizer --out runs/demo \
-		--max-time 5 --warmup 400 --lr-factor 1.5 --valid-every 200 --valid-bleu-lines 200 --d-model 128 --d-ff 512
+		--max-time 5 --warmup 300 --lr-factor 0.5 --dropout 0.1 --valid-every 200 --valid-bleu-lines 200 --d-model 128 --d-ff 512
 	$(BIN)/mtcli eval -m runs/demo/best --src $(TATOEBA)/demo.src --ref $(TATOEBA)/demo.tgt --metrics bleu,chrf
 	$(BIN)/mtcli translate -m runs/demo/best "Why do we work?"
 

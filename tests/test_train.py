@@ -241,7 +241,9 @@ def test_tsv_corpus_trains(tmp_path):
     """One source<TAB>target file (no --tgt) trains like two aligned files; without a tokenizer it is one line."""
     tok = copy_tokenizer(tmp_path)
     cfg = copy_train_config(tmp_path, tok, max_steps=3, valid_every=3)
-    tsv = write_lines(tmp_path / "c.tsv", [f"{s}\t{s}" for s in Path(cfg.src).read_text().splitlines()])
+    tsv = write_lines(
+        tmp_path / "c.tsv", [f"{s}\t{s}" for s in Path(cfg.src).read_text().splitlines()]
+    )
     result = train(dataclasses.replace(cfg, src=str(tsv), tgt="", valid_src=str(tsv), valid_tgt=""))
     assert (
         result.step == 3

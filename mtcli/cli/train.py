@@ -162,4 +162,6 @@ def train_command(config_path, resume, **flags) -> None:
     best = "no validation"
     if result.best is not None:
         best = f"best validation BLEU {result.best[0]:.2f}, loss {-result.best[1]:.3f}"
-    console.print(f"done at step {result.step}; {best}; checkpoints in {result.out}")
+    console.print(
+        f"done at step {result.step}; {best}; checkpoints in {result.out}", soft_wrap=True
+    )

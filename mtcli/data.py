@@ -150,11 +150,6 @@ def load_corpus(
     return corpus
 
 
-def padded_tokens(src_lens: list[int], tgt_lens: list[int]) -> int:
-    """Positions a batch occupies once padded: B * max source len + B * max target len."""
-    return len(src_lens) * (max(src_lens) + max(tgt_lens))
-
-
 def make_batches(
     src_lens: list[int],
     tgt_lens: list[int],

@@ -134,9 +134,17 @@ class _Stepper:
         if recorder is not None:
             recorder.decoder = self.cache.self_record
 
-    def __call__(self, history: Tensor) -> Tensor:
-        """history (N, t) including BOS -> log-probabilities (N, V) for position t."""
-        new = history[:, -1:] if self.cache is not None else history
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """tokens (N, t) generated so far, without BOS -> log-probabilities (N, V) for position t.
+
+        With the cache only the newest token is fed (BOS at step 0); the prefix is built
+        only for the uncached reference, so the cached hot path copies nothing per step.
+        """
+        if self.cache is None or tokens.size(1) == 0:
+            bos = torch.full((tokens.size(0), 1), BOS_ID, dtype=torch.long, device=tokens.device)
+            new = torch.cat([bos, tokens], dim=1) if self.cache is None else bos
+        else:
+            new = tokens[:, -1:]
         logits = self.model.decode(new, self.memory, self.src_mask, self.cache)[:, -1]
         return _mask_never_generated(logits.float().log_softmax(dim=-1))
 
@@ -176,22 +184,22 @@ def greedy(
     stepper = _Stepper(
         model, memory, src_mask, int(max_lens.max()) + 1, use_cache=use_cache, recorder=recorder
     )
-    history = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src_ids.device)  # (B, 1 + t)
+    tokens = torch.zeros(B, 0, dtype=torch.long, device=src_ids.device)  # (B, t)
     raw = torch.zeros(B, device=src_ids.device)
     lengths = torch.zeros(B, dtype=torch.long, device=src_ids.device)
     done = torch.zeros(B, dtype=torch.bool, device=src_ids.device)
     for step in range(int(max_lens.max()) + 1):
-        log_probs = _force_eos(stepper(history), step >= max_lens)  # (B, V)
+        log_probs = _force_eos(stepper(tokens), step >= max_lens)  # (B, V)
         best_lp, best = log_probs.max(dim=-1)  # (B,)
         best = best.masked_fill(done, PAD_ID)  # finished rows emit padding
         raw += best_lp.masked_fill(done, 0.0)
         lengths += (~done).long()
-        history = torch.cat([history, best[:, None]], dim=1)
+        tokens = torch.cat([tokens, best[:, None]], dim=1)
         done |= best == EOS_ID
         if bool(done.all()):
             break
     scores = raw / length_penalty(lengths.float(), alpha)
-    hyps = [Hypothesis(_strip(history[b, 1:].tolist()), float(scores[b])) for b in range(B)]
+    hyps = [Hypothesis(_strip(tokens[b].tolist()), float(scores[b])) for b in range(B)]
     if recorder is not None:
         src_lens = src_mask.sum(dim=1).tolist()
         for b, h in enumerate(hyps):  # a sentence stays in its row: row b at every step
@@ -259,9 +267,9 @@ def beam_search(
     for step in range(n_steps):
         Ba = active.numel()
         sentence_base = torch.arange(Ba, device=device)[:, None] * k  # (Ba, 1): first row of each
-        bos = torch.full((Ba * k, 1), BOS_ID, dtype=torch.long, device=device)
-        history = torch.cat([bos, alive_tokens.view(Ba * k, step)], dim=1)  # (Ba*k, 1 + step)
-        log_probs = _force_eos(stepper(history), step >= row_max)  # (Ba*k, V)
+        log_probs = _force_eos(
+            stepper(alive_tokens.view(Ba * k, step)), step >= row_max
+        )  # (Ba*k, V)
         V = log_probs.size(-1)
         cand = (alive_raw[:, :, None] + log_probs.view(Ba, k, V)).view(Ba, k * V)  # (Ba, k*V)
         top_raw, top_idx = cand.topk(k, dim=1)  # (Ba, k), best first; dead beams give -inf

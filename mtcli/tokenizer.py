@@ -146,9 +146,6 @@ class Tokenizer:
     def src_pieces(self, text: str) -> list[str]:
         return self.src.encode(text, out_type=str)
 
-    def tgt_pieces(self, text: str) -> list[str]:
-        return self.tgt.encode(text, out_type=str)
-
     def decode_tgt(self, ids: list[int]) -> str:
         """Detokenize target ids; special ids are dropped by sentencepiece itself."""
         return self.tgt.decode([i for i in ids if i not in SPECIAL_IDS])

@@ -75,6 +75,12 @@ def table() -> str:
             )
         rows += [
             ("decode", "beam 5 cached / uncached", "ratio", f"{d['beam5_cache_speedup']:.2f}x"),
+            (
+                "decode",
+                "beam 5 cached / uncached, first 500",
+                "ratio",
+                f"{d['beam5_cache_speedup_first500']:.2f}x",
+            ),
             ("decode", "greedy cached / uncached", "ratio", f"{d['greedy_cache_speedup']:.2f}x"),
             ("decode", "int8 / fp32 (beam 5)", "ratio", f"{d['int8_speedup']:.2f}x"),
             ("decode", "int8 - fp32 BLEU", "points", f"{d['int8_bleu_delta']:+.2f}"),

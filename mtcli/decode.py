@@ -125,7 +125,8 @@ class _Stepper:
         use_cache: bool,
         recorder: _Recorder | None = None,
     ):
-        self.model, self.memory, self.src_mask = model, memory, src_mask
+        self.model, self.src_mask = model, src_mask
+        self.memory: Tensor | None = memory
         if recorder is not None and not use_cache:
             raise ValueError("attention is recorded through the cache; use_cache must be True")
         self.cache = (
@@ -146,6 +147,8 @@ class _Stepper:
         else:
             new = tokens[:, -1:]
         logits = self.model.decode(new, self.memory, self.src_mask, self.cache)[:, -1]
+        if self.cache is not None:
+            self.memory = None  # its keys/values are in the cache now: nothing left to carry
         return _mask_never_generated(logits.float().log_softmax(dim=-1))
 
     def reorder(self, rows: Tensor) -> None:
@@ -153,12 +156,13 @@ class _Stepper:
         if self.cache is not None:
             self.cache.reorder(rows)
 
-    def select(self, rows: Tensor) -> None:
-        """Keep only `rows` (the beams of sentences still searching)."""
-        self.memory = self.memory.index_select(0, rows)
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep decoder rows `rows` and, in the cache, the source K/V of `sentences` (None: all)."""
+        if self.memory is not None:
+            self.memory = self.memory.index_select(0, rows)  # uncached: one copy per row
         self.src_mask = self.src_mask.index_select(0, rows)
         if self.cache is not None:
-            self.cache.select(rows)
+            self.cache.select(rows, sentences)
 
 
 @torch.inference_mode()
@@ -247,9 +251,10 @@ def beam_search(
     memory = model.encode(
         src_ids, src_mask, record=recorder.encoder if recorder else None
     )  # (B, S, D)
-    memory = memory.repeat_interleave(k, dim=0)  # (B*k, S, D): beams of a sentence are adjacent
-    mask = src_mask.repeat_interleave(k, dim=0)  # (B*k, S)
-    stepper = _Stepper(model, memory, mask, n_steps, use_cache=use_cache, recorder=recorder)
+    # the first step sees one row per sentence (all its beams would start from the same BOS);
+    # after it the rows widen to B*k, beams of a sentence adjacent
+    stepper = _Stepper(model, memory, src_mask, n_steps, use_cache=use_cache, recorder=recorder)
+    widen = torch.arange(B, device=device).repeat_interleave(k)  # (B*k,)
     row_max = max_lens.repeat_interleave(k)  # (B*k,)
 
     alive_tokens = torch.full((B, k, 0), PAD_ID, dtype=torch.long, device=device)  # (B, k, t)
@@ -267,13 +272,23 @@ def beam_search(
     for step in range(n_steps):
         Ba = active.numel()
         sentence_base = torch.arange(Ba, device=device)[:, None] * k  # (Ba, 1): first row of each
-        log_probs = _force_eos(
-            stepper(alive_tokens.view(Ba * k, step)), step >= row_max
-        )  # (Ba*k, V)
-        V = log_probs.size(-1)
-        cand = (alive_raw[:, :, None] + log_probs.view(Ba, k, V)).view(Ba, k * V)  # (Ba, k*V)
+        if step == 0:  # max_lens >= 1, so no EOS is forced yet
+            log_probs = stepper(alive_tokens[:, 0])  # (B, V)
+        else:
+            log_probs = _force_eos(
+                stepper(alive_tokens.view(Ba * k, step)), step >= row_max
+            )  # (Ba*k, V)
+        # a sentence's k best continuations are among the k best of each of its beams, so
+        # the search looks at k*k candidates, not k*V (no (Ba, k*V) sum to build and scan)
+        kk = min(k, log_probs.size(-1))
+        row_raw, row_token = log_probs.topk(kk, dim=-1)  # (rows, kk)
+        if step == 0:
+            row_raw, row_token = row_raw.index_select(0, widen), row_token.index_select(0, widen)
+            stepper.select(widen)
+        cand = (alive_raw[:, :, None] + row_raw.view(Ba, k, kk)).view(Ba, k * kk)
         top_raw, top_idx = cand.topk(k, dim=1)  # (Ba, k), best first; dead beams give -inf
-        top_beam, top_token = top_idx // V, top_idx % V  # (Ba, k)
+        top_beam = top_idx // kk  # (Ba, k)
+        top_token = row_token.view(Ba, k * kk).gather(1, top_idx)  # (Ba, k)
         is_eos = (top_token == EOS_ID) & torch.isfinite(top_raw)
 
         # EOS continuations join the finished pool (sorted, k kept), scored with the length penalty
@@ -293,13 +308,14 @@ def beam_search(
         # the other continuations stay live; a finished slot is dead (-inf) from now on
         alive_raw = top_raw.masked_fill(is_eos, NEG_INF)
         alive_tokens = torch.cat([prefix, top_token[:, :, None]], dim=2)  # (Ba, k, step + 1)
-        stepper.reorder(rows.view(-1))
         parents.append(rows.view(-1))
 
         done = _sentences_done(alive_raw, fin_scores, max_lens, nbest, alpha) | (step >= max_lens)
         if bool(done.all()):
             break
-        if recorder is None and bool(done.any()):
+        if recorder is not None or not bool(done.any()):
+            stepper.reorder(rows.view(-1))
+        else:
             gone, stay = done.nonzero().squeeze(1), (~done).nonzero().squeeze(1)
             out_tokens[active[gone]], out_scores[active[gone]] = fin_tokens[gone], fin_scores[gone]
             active = active[stay]
@@ -307,7 +323,9 @@ def beam_search(
             fin_tokens, fin_scores, fin_rows = fin_tokens[stay], fin_scores[stay], fin_rows[stay]
             stay_rows = (stay[:, None] * k + torch.arange(k, device=device)).view(-1)  # (Ba'*k,)
             row_max = row_max[stay_rows]
-            stepper.select(stay_rows)
+            # back-pointers and departures in one gather: row stay_rows[i] continues
+            # rows[stay_rows[i]], a row of the same sentence (so the same cross K/V)
+            stepper.select(rows.view(-1)[stay_rows], stay)
 
     out_tokens[active], out_scores[active] = fin_tokens, fin_scores
     results = _collect(out_tokens, out_scores, nbest)
@@ -323,10 +341,11 @@ def _attach_attention(
     for b, hyps in enumerate(results):
         for j, h in enumerate(hyps):
             steps = len(h.tokens) + 1
-            rows = [int(fin_rows[b, j])]
-            for s in range(steps - 2, -1, -1):
-                rows.append(int(parents[s][rows[-1]]))
-            h.attention = recorder.trace(b, src_lens[b], rows[::-1])
+            back = [int(fin_rows[b, j])] if steps > 1 else []  # row of the EOS step
+            for s in range(steps - 2, 0, -1):
+                back.append(int(parents[s][back[-1]]))
+            rows = [b] + back[::-1]  # the first step decoded one row per sentence
+            h.attention = recorder.trace(b, src_lens[b], rows)
 
 
 def _sentences_done(

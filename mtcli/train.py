@@ -98,14 +98,33 @@ def lr_at(step: int, cfg: TrainConfig, d_model: int) -> float:
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
-    """Summed label-smoothed cross-entropy over non-pad targets. logits (B, T, V), target (B, T)."""
-    return F.cross_entropy(
-        logits.float().flatten(0, 1),
+    """Summed label-smoothed cross-entropy over non-pad targets. logits (B, T, V), target (B, T).
+
+    bf16 logits stay bf16: the kernel works in fp32 inside each row, and converting the
+    (tokens x V) logits to fp32 first cost ~15% of a bf16 training step (2,614 -> 3,044 target
+    tokens/s measured); the per-token losses are summed in fp32.
+    """
+    losses = F.cross_entropy(
+        logits.flatten(0, 1),
         target.flatten(),
         ignore_index=PAD_ID,
         label_smoothing=smoothing,
-        reduction="sum",
-    )
+        reduction="none",
+    )  # (B*T,), zero at padding
+    return losses.float().sum()
+
+
+def make_optimizer(params, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
+    """Adam as in the paper (betas 0.9/0.98, eps 1e-9), fused into one kernel where torch has it.
+
+    The fused CPU kernel made whole training steps 5-10% faster here than the per-tensor loop.
+    """
+    params = list(params)  # iterated twice if the fused attempt fails
+    kwargs = dict(lr=lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=cfg.weight_decay)
+    try:
+        return torch.optim.Adam(params, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):  # an older torch or a device without it
+        return torch.optim.Adam(params, **kwargs)
 
 
 def autocast(device: torch.device, precision: str):
@@ -237,7 +256,8 @@ def validate_loss(model: Seq2Seq, corpus: Corpus, cfg: TrainConfig, device: torc
         batch = collate(corpus, indices).to(device)
         with autocast(device, cfg.precision):
             logits = model(batch.src_ids, batch.tgt_in)
-        total += float(smoothed_loss(logits, batch.tgt_out, 0.0))
+        # fp32 here whatever the training precision: validation measures the model
+        total += float(smoothed_loss(logits.float(), batch.tgt_out, 0.0))
         tokens += batch.n_tgt_tokens
     model.train()
     return total / max(tokens, 1)
@@ -328,13 +348,7 @@ def _train(
     if len(train_set) == 0:
         raise UserError(f"{cfg.src}: no usable training pairs")
 
-    optimizer = torch.optim.Adam(
-        model.parameters(),
-        lr=lr_at(1, cfg, model_cfg.d_model),
-        betas=(0.9, 0.98),
-        eps=1e-9,
-        weight_decay=cfg.weight_decay,
-    )
+    optimizer = make_optimizer(model.parameters(), cfg, lr_at(1, cfg, model_cfg.d_model))
     step, epoch, batch_pos = 0, 0, 0
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])

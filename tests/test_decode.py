@@ -53,6 +53,29 @@ def test_cache_reorder_follows_back_pointers(tiny_model):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
+def test_cache_select_widens_reorders_and_drops_rows(tiny_model):
+    """select() widens one row per sentence into beams (sharing its source K/V), and drops
+    and reorders rows in one go."""
+    model = tiny_model
+    src, mask = _src(model, [5, 3])
+    memory = model.encode(src, mask)
+    cache = model.new_cache(8)
+    model.decode(torch.full((2, 1), BOS_ID), memory, mask, cache)  # one row per sentence
+    widen = torch.tensor([0, 0, 0, 1, 1, 1])
+    cache.select(widen)
+    step1 = torch.tensor([[5], [6], [7], [8], [9], [10]])
+    model.decode(step1, None, mask[widen], cache)  # the cache holds the cross K/V now
+    keep = torch.tensor([5, 3])  # sentence 0 leaves; sentence 1's rows swap places
+    cache.select(keep, torch.tensor([1]))
+    step2 = torch.tensor([[11], [12]])
+    got = model.decode(step2, None, mask[widen][keep], cache)[:, -1]
+    prefix = torch.cat([torch.full((6, 1), BOS_ID), step1], dim=1)[keep]  # (2, 2)
+    expected = model.decode(
+        torch.cat([prefix, step2], dim=1), memory[widen][keep], mask[widen][keep]
+    )[:, -1]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
 def test_beam_of_one_is_greedy(tiny_model):
     """Beam size 1 returns exactly greedy's tokens and score."""
     src, mask = _src(tiny_model, [6, 2, 9, 4], seed=5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 import socket
@@ -20,7 +21,7 @@ from mtcli.data import pad, padding_mask
 from mtcli.decode import greedy
 from mtcli.errors import UserError
 from mtcli.tokenizer import EOS_ID
-from mtcli.train import lr_at, train
+from mtcli.train import lr_at, smoothed_loss, train
 from tests.conftest import REPO, copy_tokenizer, copy_train_config, write_lines
 
 
@@ -31,6 +32,32 @@ def test_lr_schedule_matches_the_paper():
     assert lr_at(100, cfg, 256) == pytest.approx(2.0 / 16 / 10)
     assert lr_at(400, cfg, 256) == pytest.approx(2.0 / 16 / 20)
     assert max(range(1, 1000), key=lambda s: lr_at(s, cfg, 256)) == 100
+
+
+def test_label_smoothed_loss_by_hand():
+    """(1 - e) * -log p(y) + e * mean over the vocabulary of -log p(v); padding targets ignored."""
+    logits = torch.tensor([[[2.0, 0.0, -1.0], [0.5, 0.5, 0.5]]])  # (1, 2, 3)
+    target = torch.tensor([[2, 0]])  # the second position is padding (PAD_ID = 0)
+    p = [math.exp(2.0), math.exp(0.0), math.exp(-1.0)]
+    log_p = [math.log(x / sum(p)) for x in p]
+    expected = 0.9 * -log_p[2] + 0.1 * -sum(log_p) / 3
+    assert float(smoothed_loss(logits, target, 0.1)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_bf16_loss_and_gradient_close_to_fp32():
+    """The loss on bf16 logits (kept bf16 for speed) stays close to the fp32 one, gradient too."""
+    g = torch.Generator().manual_seed(0)
+    base = (torch.randn(4, 50, 600, generator=g) * 3).bfloat16()  # the same values in both
+    target = torch.randint(1, 600, (4, 50), generator=g)
+    grads = []
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = base.to(dtype).requires_grad_()  # exact: bf16 -> fp32 loses nothing
+        loss = smoothed_loss(logits, target, 0.1)
+        loss.backward()
+        grads.append((float(loss.detach()), logits.grad.float()))
+    (loss32, grad32), (loss16, grad16) = grads
+    assert loss16 == pytest.approx(loss32, rel=2e-3)
+    torch.testing.assert_close(grad16, grad32, atol=2e-3, rtol=0.05)
 
 
 def test_copy_task_is_learned_exactly(copy_model_dir, copy_lines):

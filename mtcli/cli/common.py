@@ -71,32 +71,42 @@ def default_model_dir(model: str | None) -> Path:
     return path
 
 
+DEFAULTS = DecodeConfig()  # one source of truth for the flags' defaults
+
+
 def decode_options(func):
     """The decoding flags shared by translate, eval and attention."""
     options = [
         click.option(
-            "--beam-size", "-b", default=5, show_default=True, help="Beam width; 1 = greedy."
+            "--beam-size",
+            "-b",
+            default=DEFAULTS.beam_size,
+            show_default=True,
+            help="Beam width; 1 = greedy.",
         ),
         click.option("--greedy", is_flag=True, help="Greedy search (same as --beam-size 1)."),
         click.option(
-            "--length-penalty", default=1.0, show_default=True, help="GNMT alpha; 0 = none."
+            "--length-penalty",
+            default=DEFAULTS.length_penalty,
+            show_default=True,
+            help="GNMT alpha; 0 = none.",
         ),
         click.option(
             "--max-len-a",
-            default=1.5,
+            default=DEFAULTS.max_len_a,
             show_default=True,
             help="Max output = a * source tokens + b.",
         ),
-        click.option("--max-len-b", default=10, show_default=True),
+        click.option("--max-len-b", default=DEFAULTS.max_len_b, show_default=True),
         click.option(
             "--nbest",
-            default=1,
+            default=DEFAULTS.nbest,
             show_default=True,
             help="Hypotheses kept per line (jsonl shows all).",
         ),
         click.option(
             "--batch-tokens",
-            default=4000,
+            default=DEFAULTS.batch_tokens,
             show_default=True,
             help="Padded source tokens x beam per batch.",
         ),

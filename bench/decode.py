@@ -5,7 +5,8 @@
 Prints one JSON object (also written to bench/results/decode.json): sentences/s and target
 tokens/s for each setting on the first N lines of ../shared/data/tatoeba-en-zh/test.en, the
 cached/uncached speed-up of beam 5 (on the N lines, and on the first 500 alone), int8/fp32,
-and BLEU of each against the references. Each time is the fastest of REPEATS runs.
+and BLEU of each against the references. Settings run interleaved, ROUNDS times each; the
+fastest run of each counts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -25,27 +28,49 @@ from mtcli.config import DecodeConfig  # noqa: E402
 from mtcli.evaluate import bleu  # noqa: E402
 from mtcli.translate import Translator, quantize_int8  # noqa: E402
 
-REPEATS = 3  # each setting is timed this often and the fastest kept (as timeit does): on
-# this shared 2-core machine single runs of the same setting varied by up to 30%
+ROUNDS = 3  # every setting runs once per round, settings interleaved, and each keeps its
+# fastest round (as timeit does): on this shared 2-core machine the same setting varied by up to
+# 30% between runs minutes apart, and interleaving exposes the settings compared to the same drift
 
 
-def run(model, tokenizer, lines, refs, *, beam: int, use_cache: bool) -> dict:
-    cfg = DecodeConfig(beam_size=beam, use_cache=use_cache)
-    translator = Translator(model, tokenizer, cfg)
-    times = []
-    for _ in range(REPEATS):
-        results, seconds = timed(lambda: list(translator.translate_stream(lines)))
-        times.append(seconds)
-    seconds = min(times)
-    n_tokens = sum(len(tokenizer.encode_tgt(r.text)) + 1 for r in results)
-    return {
-        "beam": beam,
-        "cache": use_cache,
-        "seconds": round(seconds, 2),
-        "sentences_per_s": round(len(lines) / seconds, 1),
-        "tgt_tokens_per_s": round(n_tokens / seconds, 1),
-        "bleu": round(bleu([r.text for r in results], refs, tokenize="zh"), 2),
-    }
+@dataclass
+class Setting:
+    model: torch.nn.Module
+    lines: list[str]
+    refs: list[str]
+    beam: int
+    use_cache: bool
+
+
+def _translate_all(translator: Translator, lines: list[str]) -> list:
+    return list(translator.translate_stream(lines))
+
+
+def time_settings(settings: dict[str, Setting], tokenizer) -> dict[str, dict]:
+    """Run each setting ROUNDS times, round-robin; figures from each one's fastest run."""
+    best: dict[str, float] = {}
+    outputs: dict[str, list] = {}
+    for _ in range(ROUNDS):
+        for name, st in settings.items():
+            cfg = DecodeConfig(beam_size=st.beam, use_cache=st.use_cache)
+            translator = Translator(st.model, tokenizer, cfg)
+            outputs[name], seconds = timed(partial(_translate_all, translator, st.lines))
+            best[name] = min(seconds, best.get(name, seconds))
+    rows = {}
+    for name, st in settings.items():
+        texts = [r.text for r in outputs[name]]
+        n_tokens = sum(len(tokenizer.encode_tgt(t)) + 1 for t in texts)
+        seconds = best[name]
+        rows[name] = {
+            "beam": st.beam,
+            "cache": st.use_cache,
+            "lines": len(st.lines),
+            "seconds": round(seconds, 2),
+            "sentences_per_s": round(len(st.lines) / seconds, 1),
+            "tgt_tokens_per_s": round(n_tokens / seconds, 1),
+            "bleu": round(bleu(texts, st.refs, tokenize="zh"), 2),
+        }
+    return rows
 
 
 def main() -> None:
@@ -59,26 +84,25 @@ def main() -> None:
     loaded = load_model(args.model)
     lines = read_lines(SHARED / "tatoeba-en-zh" / "test.en", args.lines)
     refs = read_lines(SHARED / "tatoeba-en-zh" / "test.zh", args.lines)
-    rows = {}
-    for beam in (1, 5):
-        for use_cache in (True, False):
-            rows[
-                f"{'greedy' if beam == 1 else 'beam5'}_{'cached' if use_cache else 'uncached'}"
-            ] = run(loaded.model, loaded.tokenizer, lines, refs, beam=beam, use_cache=use_cache)
     # issue 4's figure: the cache speed-up on the first 500 lines (shorter sentences than the
     # next 500, so a smaller speed-up: the uncached cost grows with output length)
     head = min(500, len(lines))
-    for use_cache in (True, False):
-        rows[f"beam5_{'cached' if use_cache else 'uncached'}_first{head}"] = run(
-            loaded.model, loaded.tokenizer, lines[:head], refs[:head], beam=5, use_cache=use_cache
-        )
-    int8 = quantize_int8(loaded.model)
-    rows["beam5_cached_int8"] = run(int8, loaded.tokenizer, lines, refs, beam=5, use_cache=True)
+    fp32, int8 = loaded.model, quantize_int8(loaded.model)
+    settings = {
+        "greedy_cached": Setting(fp32, lines, refs, 1, True),
+        "greedy_uncached": Setting(fp32, lines, refs, 1, False),
+        "beam5_cached": Setting(fp32, lines, refs, 5, True),
+        "beam5_uncached": Setting(fp32, lines, refs, 5, False),
+        f"beam5_cached_first{head}": Setting(fp32, lines[:head], refs[:head], 5, True),
+        f"beam5_uncached_first{head}": Setting(fp32, lines[:head], refs[:head], 5, False),
+        "beam5_cached_int8": Setting(int8, lines, refs, 5, True),
+    }
+    rows = time_settings(settings, loaded.tokenizer)
     record = {
         "lines": len(lines),
         "model": os.path.relpath(args.model, REPO),
         "threads": torch.get_num_threads(),
-        "repeats": REPEATS,
+        "rounds": ROUNDS,
         "parameters": loaded.model.num_parameters(),
         "results": rows,
         "beam5_cache_speedup": round(

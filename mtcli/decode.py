@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mtcli.model import AttentionRecord, Seq2Seq
+from mtcli.kv_cache import AttentionRecord
+from mtcli.model import Seq2Seq
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = (
     0,

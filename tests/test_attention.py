@@ -16,7 +16,7 @@ from mtcli.attention import Heatmap, align_words, fits, piece_words, render, sav
 from mtcli.cli import main
 from mtcli.decode import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy
 from mtcli.errors import UserError
-from mtcli.model import AttentionRecord
+from mtcli.kv_cache import AttentionRecord
 from tests.conftest import REPO
 
 

@@ -101,7 +101,7 @@ class DecodeConfig:
     max_len_b: int = 10
     nbest: int = 1  # hypotheses returned per sentence (<= beam_size)
     # padded source tokens x beam per batch; on 2 cores beam 5 over 500 short lines took
-    # 1.19 s at 8000, 1.43 at 4000 or 6000, 1.27 at 10000, 1.50 at 16000 (fewer, fuller steps)
+    # 1.19-1.35 s at 8000, 1.45 at 4000, 1.43 at 6000, 1.27 at 10000, 1.50 at 16000
     batch_tokens: int = 8000
     chunk_lines: int = 1000  # lines read before a batch is sorted and translated
     use_cache: bool = True  # False re-feeds the whole prefix each step (reference / benchmark)

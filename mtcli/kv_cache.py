@@ -91,8 +91,7 @@ class KVCache:
         Only self-attention K/V differ between beams of one sentence; the cross K/V of a
         sentence are the same in all its beams, so they stay (indices never cross sentences).
         """
-        if self.buffers:
-            self._gather_self(indices)
+        self.select(indices)
 
     def select(self, indices: Tensor, sources: Tensor | None = None) -> None:
         """Keep decoder rows `indices` (in that order, repeats allowed), and source rows

@@ -108,6 +108,7 @@ class Corpus:
     src: list[list[int]] = field(default_factory=list)
     tgt: list[list[int]] = field(default_factory=list)
     stats: CorpusStats = field(default_factory=CorpusStats)
+    texts: list[tuple[str, str]] = field(default_factory=list)  # the kept pairs, to re-split
 
     def __len__(self) -> int:
         return len(self.src)
@@ -146,8 +147,31 @@ def load_corpus(
             continue
         corpus.src.append(src_ids + [EOS_ID])
         corpus.tgt.append(tgt_ids)
+        corpus.texts.append((src_text, tgt_text))
         stats.kept += 1
     return corpus
+
+
+def resplit(
+    corpus: Corpus,
+    sample_src: Callable[[list[str]], list[list[int]]],
+    sample_tgt: Callable[[list[str]], list[list[int]]],
+    *,
+    max_len: int,
+) -> Corpus:
+    """The same pairs split into subwords anew (BPE-dropout); the filtered set stays as it is.
+
+    A sampled split is longer than the deterministic one; a pair that grows past `max_len`
+    keeps its deterministic split, so batches never exceed what the filter allowed.
+    """
+    src = sample_src([s for s, _ in corpus.texts])
+    tgt = sample_tgt([t for _, t in corpus.texts])
+    out = Corpus(stats=corpus.stats, texts=corpus.texts)
+    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
+        fits = len(s) <= max_len and len(t) <= max_len
+        out.src.append(s + [EOS_ID] if fits else corpus.src[i])
+        out.tgt.append(t if fits else corpus.tgt[i])
+    return out
 
 
 def make_batches(

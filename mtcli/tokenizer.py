@@ -143,6 +143,14 @@ class Tokenizer:
     def encode_tgt(self, text: str) -> list[int]:
         return self.tgt.encode(text)
 
+    def sample_src(self, texts: list[str], dropout: float) -> list[list[int]]:
+        """BPE-dropout (Provilkov et al. 2020): each merge is skipped with probability `dropout`,
+        so one word is seen split in several ways. Seeded by `seed_sampling`."""
+        return _sample(self.src, texts, dropout)
+
+    def sample_tgt(self, texts: list[str], dropout: float) -> list[list[int]]:
+        return _sample(self.tgt, texts, dropout)
+
     def src_pieces(self, text: str) -> list[str]:
         return self.src.encode(text, out_type=str)
 
@@ -152,6 +160,16 @@ class Tokenizer:
 
     def tgt_id_to_piece(self, ids: list[int]) -> list[str]:
         return [self.tgt.id_to_piece(i) for i in ids]
+
+
+def seed_sampling(seed: int) -> None:
+    """Seed sentencepiece's sampler (one process-wide generator), so BPE-dropout repeats exactly."""
+    spm.set_random_generator_seed(seed)
+
+
+def _sample(sp: spm.SentencePieceProcessor, texts: list[str], dropout: float) -> list[list[int]]:
+    # one thread: the sampler's generator is shared, and threads would take from it in any order
+    return sp.encode(texts, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1)
 
 
 def _load_processor(path: Path) -> spm.SentencePieceProcessor:

@@ -35,12 +35,13 @@ from mtcli.data import (
     epoch_batches,
     load_corpus,
     read_corpus,
+    resplit,
 )
 from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted, UserError
 from mtcli.evaluate import bleu, bleu_tokenizer_for
 from mtcli.model import Seq2Seq
-from mtcli.tokenizer import PAD_ID, Tokenizer, TokenizerOptions, train_tokenizer
+from mtcli.tokenizer import PAD_ID, Tokenizer, TokenizerOptions, seed_sampling, train_tokenizer
 from mtcli.translate import Translator
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -227,6 +228,22 @@ def load_pairs(src: str, tgt: str, tokenizer: Tokenizer, cfg: TrainConfig) -> Co
     )
 
 
+def epoch_corpus(corpus: Corpus, tokenizer: Tokenizer, cfg: TrainConfig, epoch: int) -> Corpus:
+    """The training pairs as this epoch sees them: re-split by BPE-dropout when it is on.
+
+    Seeded by (seed, epoch), so a resumed run sees the same splits as an uninterrupted one.
+    """
+    if cfg.bpe_dropout <= 0:
+        return corpus
+    seed_sampling(cfg.seed * 1_000_003 + epoch)
+    return resplit(
+        corpus,
+        lambda texts: tokenizer.sample_src(texts, cfg.bpe_dropout),
+        lambda texts: tokenizer.sample_tgt(texts, cfg.bpe_dropout),
+        max_len=cfg.max_len,
+    )
+
+
 def build_model_config(cfg: TrainConfig, tokenizer: Tokenizer) -> ModelConfig:
     """The configured shape with vocabulary sizes from the tokenizer; shared embeddings only if joint."""
     return dataclasses.replace(
@@ -402,9 +419,8 @@ def _train(
     window_tokens, window_start = 0.0, start
     with StopFlag() as stop:
         while cfg.max_epochs == 0 or epoch < cfg.max_epochs:
-            batches = epoch_batches(
-                train_set, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=epoch
-            )
+            seen = epoch_corpus(train_set, tokenizer, cfg, epoch)
+            batches = epoch_batches(seen, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=epoch)
             # an equal share per rank, or DDP's collective calls would fall out of step
             share = len(batches) // ddp.world
             mine = batches[ddp.rank * share : (ddp.rank + 1) * share]
@@ -413,7 +429,7 @@ def _train(
                 lr = lr_at(step + 1, cfg, model_cfg.d_model)
                 for g in optimizer.param_groups:
                     g["lr"] = lr
-                loss_sum, n_tokens = _accumulate(net, train_set, group, cfg, device)
+                loss_sum, n_tokens = _accumulate(net, seen, group, cfg, device)
                 if cfg.clip_norm > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
                 optimizer.step()

@@ -88,7 +88,8 @@ def test_checkpoint_layout(copy_model_dir):
     assert not list(run.glob("*.tmp-*")) and not list(run.glob("*.old"))
 
 
-def test_resume_gives_the_same_losses(tmp_path):
+@pytest.mark.parametrize("bpe_dropout", [0.0, 0.3])
+def test_resume_gives_the_same_losses(tmp_path, bpe_dropout):
     """Interrupted at step 4 and resumed = an uninterrupted run with the same seed (CPU, fp32)."""
     tok = copy_tokenizer(tmp_path)
     base = copy_train_config(
@@ -97,6 +98,7 @@ def test_resume_gives_the_same_losses(tmp_path):
         max_tokens=96,
         max_steps=10,
         valid_every=4,
+        bpe_dropout=bpe_dropout,
         model=dataclasses.replace(copy_train_config(tmp_path, tok).model, dropout=0.3),
     )  # dropout: the RNG state must be restored too
     straight = train(dataclasses.replace(base, out=str(tmp_path / "a")))
@@ -109,6 +111,26 @@ def test_resume_gives_the_same_losses(tmp_path):
     a, b = load_model(tmp_path / "a" / "last").model, load_model(tmp_path / "b" / "last").model
     for (name, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert torch.equal(pa, pb), name
+
+
+def test_bpe_dropout_resplits_each_epoch_reproducibly(tmp_path):
+    """BPE-dropout re-splits the same pairs differently per epoch, identically for the same epoch,
+    and every split still decodes to the original text."""
+    from mtcli.data import read_corpus
+    from mtcli.tokenizer import Tokenizer
+    from mtcli.train import epoch_corpus, load_pairs
+
+    tok_dir = copy_tokenizer(tmp_path)
+    cfg = copy_train_config(tmp_path, tok_dir, bpe_dropout=0.5)
+    tok = Tokenizer.load(tok_dir)
+    corpus = load_pairs(cfg.src, cfg.tgt, tok, cfg)
+    one, again, two = (epoch_corpus(corpus, tok, cfg, e) for e in (1, 1, 2))
+    assert one.src == again.src and one.tgt == again.tgt
+    assert one.src != two.src and one.src != corpus.src
+    texts = [src for _, src, _ in read_corpus(cfg.src, cfg.tgt)]
+    assert [tok.decode_tgt(ids[:-1]) for ids in two.src] == texts
+    off = epoch_corpus(corpus, tok, dataclasses.replace(cfg, bpe_dropout=0.0), 1)
+    assert off is corpus
 
 
 def _small_train_args(tmp_path, out, *extra: str) -> list[str]:

@@ -31,6 +31,7 @@ FLAGS = {
     "lr_factor": "lr_factor",
     "warmup": "warmup",
     "label_smoothing": "label_smoothing",
+    "bpe_dropout": "bpe_dropout",
     "keep": "keep",
     "patience": "patience",
     "src_lang": "src_lang",
@@ -127,6 +128,7 @@ class ProgressReporter:
 @click.option("--lr-factor", type=float, help="Scale of the warm-up schedule.  [default: 2.0]")
 @click.option("--warmup", type=int, help="Warm-up steps.  [default: 4000]")
 @click.option("--label-smoothing", type=float, help="[default: 0.1]")
+@click.option("--bpe-dropout", type=float, help="BPE-dropout on training text (0 = off).")
 @click.option("--keep", type=int, help="Step checkpoints kept.  [default: 3]")
 @click.option("--patience", type=int, help="Stop after N validations without improvement.")
 @click.option("--src-lang", help="Source language code.  [default: en]")

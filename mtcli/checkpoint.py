@@ -1,11 +1,12 @@
-"""Model directories: save and load atomically, verify the tokenizer, average checkpoints.
+"""Model directories: check, save and load atomically, verify the tokenizer, average checkpoints.
 
 A model directory is self-describing:
   config.json          model config, tokenizer files and their sha256, languages, version, format
   model.safetensors    weights (fp32, or fp16 for shipped models; always loaded as fp32)
   tokenizer.json, *.model   the sentencepiece tokenizer it was trained with
   trainer_state.pt     optional: optimizer, schedule, data position, RNG (weights_only load)
-Loading never executes code from the directory. Knows nothing about training loops.
+Loading never executes code from the directory, and every file is checked before the model is
+built, so a damaged directory is one line naming the file. Knows nothing about training loops.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from mtcli import __version__, files
-from mtcli.config import ModelConfig, from_dict, to_dict
+from mtcli.config import ConfigError, ModelConfig, build, to_dict
 from mtcli.errors import UserError
 from mtcli.model import Seq2Seq
 from mtcli.tokenizer import Tokenizer, file_sha256
 
 FORMAT = 1
 CONFIG_FILE, WEIGHTS_FILE, STATE_FILE = "config.json", "model.safetensors", "trainer_state.pt"
+_FLOAT_DTYPES = {"F32", "F16", "BF16"}
 
 
 @dataclass
@@ -37,6 +39,10 @@ class LoadedModel:
     tokenizer: Tokenizer
     config: dict  # the whole config.json
     path: Path
+
+    @property
+    def src_lang(self) -> str:
+        return self.config.get("src_lang", "")
 
     @property
     def tgt_lang(self) -> str:
@@ -55,20 +61,24 @@ class SaveRequest:
     dtype: torch.dtype = torch.float32
 
 
+def _aliases(cfg: ModelConfig) -> set[str]:
+    """Tied weights are one tensor under several names; they are stored under the first."""
+    names = {"tgt_embed.weight"} if cfg.share_embeddings else set()
+    if cfg.tie_output:
+        names.add("out_proj.weight")
+    return names
+
+
 def _unique_tensors(model: Seq2Seq, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """State dict without aliases (tied embeddings are stored once), cast to `dtype`."""
-    seen: set[int] = set()
-    tensors = {}
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() in seen:
-            continue
-        seen.add(tensor.data_ptr())
-        tensors[name] = (
-            tensor.detach()
-            .to("cpu", dtype if tensor.is_floating_point() else tensor.dtype)
-            .contiguous()
-        )
-    return tensors
+    aliases = _aliases(model.cfg)
+    return {
+        name: tensor.detach()
+        .to("cpu", dtype if tensor.is_floating_point() else tensor.dtype)
+        .contiguous()
+        for name, tensor in model.state_dict().items()
+        if name not in aliases
+    }
 
 
 def resolve_dir(path: str | Path) -> Path:
@@ -76,27 +86,34 @@ def resolve_dir(path: str | Path) -> Path:
     return files.resolve_dir(path, CONFIG_FILE)
 
 
+def write_model_dir(model: Seq2Seq, tmp: Path, request: SaveRequest) -> None:
+    """Fill the empty directory `tmp` with everything a model directory holds."""
+    tok_files = Tokenizer.model_files(request.tokenizer_dir)
+    for name in tok_files:
+        shutil.copyfile(Path(request.tokenizer_dir) / name, tmp / name)
+    save_file(_unique_tensors(model, request.dtype), str(tmp / WEIGHTS_FILE))
+    config = {
+        "format": FORMAT,
+        "mtcli_version": __version__,
+        "model": to_dict(model.cfg),
+        "src_lang": request.src_lang,
+        "tgt_lang": request.tgt_lang,
+        "tokenizer": {name: file_sha256(tmp / name) for name in tok_files},
+        **request.extra,
+    }
+    (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    if request.trainer_state is not None:
+        torch.save(request.trainer_state, tmp / STATE_FILE)
+    for item in tmp.iterdir():
+        files.shareable(item)  # safetensors writes 0600
+
+
 def save_model(model: Seq2Seq, path: str | Path, request: SaveRequest) -> Path:
-    """Write a complete model directory to a temp dir beside `path`, then swap it in."""
+    """Write a complete model directory beside `path`, fsync it, then swap it in."""
     path = Path(path)
     tmp = files.temp_dir_beside(path)
     try:
-        tok_files = Tokenizer.model_files(request.tokenizer_dir)
-        for name in tok_files:
-            shutil.copyfile(Path(request.tokenizer_dir) / name, tmp / name)
-        save_file(_unique_tensors(model, request.dtype), str(tmp / WEIGHTS_FILE))
-        config = {
-            "format": FORMAT,
-            "mtcli_version": __version__,
-            "model": to_dict(model.cfg),
-            "src_lang": request.src_lang,
-            "tgt_lang": request.tgt_lang,
-            "tokenizer": {name: file_sha256(tmp / name) for name in tok_files},
-            **request.extra,
-        }
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-        if request.trainer_state is not None:
-            torch.save(request.trainer_state, tmp / STATE_FILE)
+        write_model_dir(model, tmp, request)
         files.replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -104,27 +121,103 @@ def save_model(model: Seq2Seq, path: str | Path, request: SaveRequest) -> Path:
     return path
 
 
+# ---------------------------------------------------------------- checks before loading
 def read_config(path: str | Path) -> dict:
+    """config.json of a model directory, checked: an object, a known format, a valid model."""
     path = resolve_dir(path)
     cfg_path = path / CONFIG_FILE
+    if not path.is_dir():
+        raise UserError(f"{path}: no such model directory")
     if not cfg_path.is_file():
         raise UserError(f"{path}: not a model directory (no {CONFIG_FILE})")
     try:
-        config = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
+        config = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
         raise UserError(f"{cfg_path}: invalid JSON ({e})") from None
-    if config.get("format", 0) > FORMAT:
-        raise UserError(
-            f"{cfg_path}: format {config['format']} is newer than this mtcli reads ({FORMAT})"
-        )
+    if not isinstance(config, dict):
+        raise UserError(f"{cfg_path}: expected a JSON object, found {type(config).__name__}")
+    fmt = config.get("format", 0)
+    if not isinstance(fmt, int) or isinstance(fmt, bool):
+        raise UserError(f"{cfg_path}: format must be an integer, not {fmt!r}")
+    if fmt > FORMAT:
+        raise UserError(f"{cfg_path}: format {fmt} is newer than this mtcli reads ({FORMAT})")
+    model_config(config, cfg_path)  # the model table must be valid before anything uses it
     return config
+
+
+def model_config(config: dict, cfg_path: Path) -> ModelConfig:
+    """The ModelConfig recorded in config.json; a bad value names the file and the key."""
+    try:
+        return build(ModelConfig, config.get("model"), lambda key: "model." + key)
+    except ConfigError as e:
+        raise UserError(f"{cfg_path}: {e}") from None
+
+
+def read_safetensors_header(path: Path) -> dict[str, dict]:
+    """Tensor name -> {dtype, shape, data_offsets} from a safetensors file, without loading it.
+
+    The format: 8 bytes little-endian header length, a JSON header, then the tensor bytes;
+    a truncated file is caught by offsets that run past its end.
+    """
+    if not path.is_file():
+        raise UserError(f"{path}: missing")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < n <= size - 8:
+            raise UserError(f"{path}: not a safetensors file (bad header length)")
+        try:
+            header = json.loads(f.read(n))
+        except (ValueError, UnicodeDecodeError):
+            raise UserError(f"{path}: not a safetensors file (unreadable header)") from None
+    if not isinstance(header, dict):
+        raise UserError(f"{path}: not a safetensors file (header is not an object)")
+    header.pop("__metadata__", None)
+    data_size = size - 8 - n
+    for name, entry in header.items():
+        try:
+            begin, end = entry["data_offsets"]
+            ok = 0 <= begin <= end <= data_size and isinstance(entry["shape"], list)
+        except (TypeError, KeyError, ValueError):
+            ok = False
+        if not ok:
+            raise UserError(f"{path}: tensor {name} runs past the end of the file (truncated?)")
+    return header
+
+
+def check_weights(path: Path, model_cfg: ModelConfig) -> None:
+    """Every tensor the config implies is in the file, with the shape and a float dtype."""
+    weights = path / WEIGHTS_FILE
+    header = read_safetensors_header(weights)
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        expected = {
+            name: list(t.shape)
+            for name, t in Seq2Seq(model_cfg).state_dict().items()
+            if name not in _aliases(model_cfg)
+        }
+    if missing := sorted(set(expected) - set(header)):
+        raise UserError(f"{weights}: no tensor {missing[0]} ({len(missing)} missing)")
+    if extra := sorted(set(header) - set(expected)):
+        raise UserError(f"{weights}: unexpected tensor {extra[0]} for this {CONFIG_FILE}")
+    for name, shape in expected.items():
+        if header[name]["shape"] != shape:
+            raise UserError(
+                f"{weights}: {name} has shape {tuple(header[name]['shape'])} but "
+                f"{CONFIG_FILE} implies {tuple(shape)}"
+            )
+        if header[name].get("dtype") not in _FLOAT_DTYPES:
+            raise UserError(f"{weights}: {name} has dtype {header[name].get('dtype')}")
 
 
 def _check_tokenizer(
     path: Path, config: dict, tokenizer: Tokenizer, model_cfg: ModelConfig
 ) -> None:
     """Refuse a directory whose tokenizer files or vocabulary differ from what the model was built on."""
-    for name, digest in config.get("tokenizer", {}).items():
+    recorded = config.get("tokenizer", {})
+    if not isinstance(recorded, dict):
+        raise UserError(f"{path / CONFIG_FILE}: tokenizer must be a table of file hashes")
+    for name, digest in recorded.items():
         if not (path / name).is_file() or file_sha256(path / name) != digest:
             raise UserError(
                 f"{path / name}: tokenizer file does not match the one recorded in {CONFIG_FILE}"
@@ -137,29 +230,33 @@ def _check_tokenizer(
         )
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
-    """Rebuild model and tokenizer from a directory with no other input (weights as fp32)."""
+def check_model_dir(path: str | Path) -> tuple[Path, dict, ModelConfig, Tokenizer]:
+    """Everything `load_model` needs, each file checked; raises UserError naming a bad file."""
     path = resolve_dir(path)
     config = read_config(path)
-    model_cfg = from_dict(ModelConfig, config["model"])
+    model_cfg = model_config(config, path / CONFIG_FILE)
     tokenizer = Tokenizer.load(path)
     _check_tokenizer(path, config, tokenizer, model_cfg)
+    check_weights(path, model_cfg)
+    return path, config, model_cfg, tokenizer
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
+    """Rebuild model and tokenizer from a directory with no other input (weights as fp32)."""
+    path, config, model_cfg, tokenizer = check_model_dir(path)
     model = Seq2Seq(model_cfg)
-    tensors = {
-        k: v.float() if v.is_floating_point() else v
-        for k, v in load_file(str(path / WEIGHTS_FILE)).items()
-    }
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    # tied weights are stored once, under their first name
-    aliases = {"tgt_embed.weight"} if model_cfg.share_embeddings else set()
-    if model_cfg.tie_output:
-        aliases.add("out_proj.weight")
-    if unexpected or set(missing) - aliases:
-        raise UserError(
-            f"{path / WEIGHTS_FILE}: weights do not fit the config (missing {missing}, unexpected {unexpected})"
-        )
+    try:
+        tensors = load_file(str(path / WEIGHTS_FILE))
+    except Exception as e:  # safetensors raises its own error type for damaged data
+        raise UserError(f"{path / WEIGHTS_FILE}: unreadable ({e})") from None
+    tensors = {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}
+    model.load_state_dict(tensors, strict=False)  # names and shapes were checked above
     model.to(device).eval()
     return LoadedModel(model, tokenizer, config, path)
+
+
+def has_trainer_state(path: str | Path) -> bool:
+    return (resolve_dir(path) / STATE_FILE).is_file()
 
 
 def load_trainer_state(path: str | Path) -> dict[str, Any]:
@@ -167,7 +264,13 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
     state_path = resolve_dir(path) / STATE_FILE
     if not state_path.is_file():
         raise UserError(f"{path}: no {STATE_FILE} to resume from")
-    return torch.load(state_path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(state_path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a damaged pickle or zip raises many types
+        raise UserError(f"{state_path}: unreadable ({type(e).__name__})") from None
+    if not isinstance(state, dict) or "step" not in state or "optimizer" not in state:
+        raise UserError(f"{state_path}: not a trainer state")
+    return state
 
 
 def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -179,14 +282,28 @@ def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {name: (t / len(paths)).float() for name, t in total.items()}
 
 
-def export_model(checkpoints: list[Path], out: Path, dtype: torch.dtype = torch.float16) -> Path:
+def check_export_out(checkpoints: list[Path], out: Path, force: bool) -> None:
+    """--out may not be an input or hold one, and may replace only an mtcli model directory."""
+    target = out.resolve()
+    for c in checkpoints:
+        c = c.resolve()
+        if c == target or target in c.parents:
+            raise UserError(f"--out {out}: would replace the checkpoint {c.name} it reads")
+    files.check_replaceable(out, "model", "--out", force)
+
+
+def export_model(
+    checkpoints: list[Path], out: Path, dtype: torch.dtype = torch.float16, *, force: bool = False
+) -> Path:
     """Write the element-wise mean of checkpoints of one run as a model directory, no trainer state."""
+    check_export_out(checkpoints, out, force)
     loaded = load_model(checkpoints[0])
     for other in checkpoints[1:]:
         if read_config(other)["model"] != loaded.config["model"]:
             raise UserError(
                 f"{other}: model config differs from {checkpoints[0]}; only one run's checkpoints average"
             )
+        check_model_dir(other)
     if len(checkpoints) > 1:
         loaded.model.load_state_dict(average_weights(checkpoints), strict=False)
     kept = ("train", "step", "valid") if len(checkpoints) == 1 else ("train",)
@@ -195,7 +312,8 @@ def export_model(checkpoints: list[Path], out: Path, dtype: torch.dtype = torch.
         extra["step"] = max(read_config(c).get("step", 0) for c in checkpoints)
         extra["averaged_from"] = [f"step {read_config(c).get('step')}" for c in checkpoints]
     request = SaveRequest(
-        tokenizer_dir=loaded.path, src_lang=loaded.config.get("src_lang", ""), tgt_lang=loaded.tgt_lang,
+        tokenizer_dir=loaded.path, src_lang=loaded.src_lang, tgt_lang=loaded.tgt_lang,
         extra=extra, dtype=dtype,
     )  # fmt: skip
+    files.clean_leftovers(out.parent, CONFIG_FILE)
     return save_model(loaded.model, out, request)

@@ -1,19 +1,33 @@
-"""Configuration dataclasses for the model, training and decoding. Imports only the stdlib.
+"""Configuration dataclasses for the model, training and decoding, and the one place their
+values are checked. Imports only the stdlib.
 
 Every field has a default that reproduces the behaviour of older checkpoints, so a config
 saved by an earlier mtcli still loads. Flags on the command line map one-to-one to fields;
-a TOML file may set the same fields; flags win.
+a TOML file may set the same fields; flags win. Whatever the origin of a value (a flag, a TOML
+file, a checkpoint's config.json), `check_values` judges it by the rules in LIMITS before any
+dataclass is built, and the caller names the origin in its one-line message.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """A value a config field cannot take; `key` is the field ("model.d_model" when nested)."""
+
+    def __init__(self, key: str, value: Any, why: str):
+        super().__init__(f"{key} = {value!r}: {why}")
+        self.key, self.value, self.why = key, value, why
 
 
 @dataclass
@@ -39,13 +53,22 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            raise ConfigError(
+                "model.d_model", self.d_model, f"must be divisible by n_heads ({self.n_heads})"
             )
-        if self.activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be relu or gelu, not {self.activation!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError("share_embeddings needs equal source and target vocabulary sizes")
+            raise ConfigError(
+                "model.share_embeddings", True, "needs equal source and target vocabulary sizes"
+            )
+
+
+# settings of a run that may change when it is resumed: budgets and cadences, not the model,
+# the data or the optimisation (a change there would make the resumed run a different run)
+RESUMABLE_CHANGES = (
+    "max_steps", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_lines",
+    "log_every", "keep", "save_every", "save_every_minutes", "threads", "device", "precision",
+    "out", "tensorboard",
+)  # fmt: skip
 
 
 @dataclass
@@ -57,6 +80,7 @@ class TrainConfig:
     valid_src: str = ""  # validation source; empty = no validation
     valid_tgt: str = ""
     tokenizer: str = ""  # tokenizer directory; empty = train one into OUT/tokenizer
+    init: str = ""  # model directory whose weights, shape and tokenizer start this run
     vocab_size: int = 8000  # used only when a tokenizer is trained on the fly
     src_lang: str = "en"  # recorded in the model so eval picks the BLEU tokenizer
     tgt_lang: str = "zh"
@@ -65,7 +89,7 @@ class TrainConfig:
     accum: int = 1  # batches per optimizer step (gradient accumulation)
     max_steps: int = 0  # 0 = no limit
     max_epochs: int = 0  # 0 = no limit
-    max_time: float = 0.0  # wall-clock budget in minutes; 0 = no limit
+    max_time: float = 0.0  # wall-clock budget in minutes, summed over resumes; 0 = no limit
     max_len: int = 128  # pairs with more tokens on either side are dropped
     max_ratio: float = 9.0  # pairs whose length ratio exceeds this are dropped (misalignments)
     lr_factor: float = 2.0  # scales the warm-up schedule of the paper
@@ -77,20 +101,31 @@ class TrainConfig:
     weight_decay: float = 0.0
     valid_every: int = 500  # optimizer steps between validations
     valid_bleu_lines: int = 500  # validation lines translated greedily for BLEU; 0 = loss only
-    log_every: int = 50  # steps between plain-text progress lines (non-TTY)
+    save_every: int = 0  # steps between resumable checkpoints; 0 = at every validation
+    save_every_minutes: float = 10.0  # also refresh OUT/last this often; bounds a crash's loss
+    log_every: int = 50  # steps between progress reports (and metrics.jsonl lines)
     keep: int = 3  # step checkpoints kept besides best/ and last/
     patience: int = 0  # stop after N validations without improvement; 0 = never
     seed: int = 1
     device: str = "auto"  # auto, cpu or cuda
-    precision: str = "fp32"  # fp32 or bf16 (autocast)
+    precision: str = "fp32"  # fp32, bf16 (autocast; fp16 + loss scaling on GPUs without bf16)
     threads: int = 0  # torch intra-op threads; 0 = all available cores
+    tensorboard: str = ""  # also write TensorBoard events to this directory; empty = off
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be fp32 or bf16, not {self.precision!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be auto, cpu or cuda, not {self.device!r}")
+        if self.max_len + 1 > self.model.max_positions:
+            # +1: the source ends with EOS and the decoder input starts with BOS
+            raise ConfigError(
+                "max_len",
+                self.max_len,
+                f"must be below model.max_positions ({self.model.max_positions})",
+            )
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Steps between step-N checkpoints (save_every, else the validation cadence)."""
+        return self.save_every or self.valid_every
 
 
 @dataclass
@@ -109,10 +144,130 @@ class DecodeConfig:
     use_cache: bool = True  # False re-feeds the whole prefix each step (reference / benchmark)
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError("beam_size must be at least 1")
-        if not 1 <= self.nbest <= self.beam_size:
-            raise ValueError(f"nbest must be between 1 and beam_size ({self.beam_size})")
+        if self.nbest > self.beam_size:
+            raise ConfigError("nbest", self.nbest, f"must not exceed beam_size ({self.beam_size})")
+
+
+# ---------------------------------------------------------------- the rules
+@dataclass(frozen=True)
+class Limit:
+    """The range (or the choices) a field accepts; its type comes from the dataclass."""
+
+    low: float | None = None  # smallest allowed value
+    below: float | None = None  # values must be smaller than this
+    high: float | None = None  # largest allowed value
+    choices: tuple[str, ...] = ()
+
+    def why_not(self, value: Any) -> str | None:
+        if self.choices and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)}"
+        if self.low is not None and value < self.low:
+            return f"must be at least {self.low:g}"
+        if self.below is not None and value >= self.below:
+            return f"must be below {self.below:g}"
+        if self.high is not None and value > self.high:
+            return f"must be at most {self.high:g}"
+        return None
+
+
+AT_LEAST_0, AT_LEAST_1 = Limit(low=0), Limit(low=1)
+PROBABILITY = Limit(low=0, below=1)  # a dropout rate or a smoothing mass
+
+LIMITS: dict[type, dict[str, Limit]] = {
+    ModelConfig: {
+        "src_vocab_size": Limit(low=5),  # the four special ids and one piece
+        "tgt_vocab_size": Limit(low=5),
+        "d_model": AT_LEAST_1,
+        "n_heads": AT_LEAST_1,
+        "n_enc_layers": AT_LEAST_1,
+        "n_dec_layers": AT_LEAST_1,
+        "d_ff": AT_LEAST_1,
+        "dropout": PROBABILITY,
+        "attention_dropout": PROBABILITY,
+        "activation_dropout": PROBABILITY,
+        "max_positions": Limit(low=2),
+        "activation": Limit(choices=("relu", "gelu")),
+    },
+    TrainConfig: {
+        "vocab_size": Limit(low=8),
+        "max_tokens": AT_LEAST_1,
+        "accum": AT_LEAST_1,
+        "max_steps": AT_LEAST_0,
+        "max_epochs": AT_LEAST_0,
+        "max_time": AT_LEAST_0,
+        "max_len": AT_LEAST_1,
+        "max_ratio": AT_LEAST_1,
+        "lr_factor": Limit(low=0),
+        "warmup": AT_LEAST_1,
+        "label_smoothing": PROBABILITY,
+        "bpe_dropout": PROBABILITY,
+        "clip_norm": AT_LEAST_0,
+        "weight_decay": AT_LEAST_0,
+        "valid_every": AT_LEAST_1,
+        "valid_bleu_lines": AT_LEAST_0,
+        "save_every": AT_LEAST_0,
+        "save_every_minutes": AT_LEAST_0,
+        "log_every": AT_LEAST_1,
+        "keep": AT_LEAST_0,
+        "patience": AT_LEAST_0,
+        "seed": AT_LEAST_0,
+        "device": Limit(choices=("auto", "cpu", "cuda")),
+        "precision": Limit(choices=("fp32", "bf16")),
+        "threads": AT_LEAST_0,
+    },
+    DecodeConfig: {
+        "beam_size": AT_LEAST_1,
+        "length_penalty": AT_LEAST_0,
+        "max_len_a": AT_LEAST_0,
+        "max_len_b": AT_LEAST_0,
+        "nbest": AT_LEAST_1,
+        "batch_tokens": AT_LEAST_1,
+        "chunk_lines": AT_LEAST_1,
+    },
+}
+
+
+def why_not(cls: type, name: str, value: Any) -> str | None:
+    """Why `value` cannot be field `name` of `cls`; None when it can."""
+    expected = typing.get_type_hints(cls)[name]
+    if expected is bool:
+        ok = isinstance(value, bool)
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif expected is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and not math.isfinite(value):
+            return "must be a finite number"
+    elif expected is str:
+        ok = isinstance(value, str)
+    else:  # the nested ModelConfig
+        ok = isinstance(value, dict | ModelConfig)
+    if not ok:
+        return f"must be {_TYPE_NAMES.get(expected, 'a table')}"
+    limit = LIMITS.get(cls, {}).get(name)
+    return limit.why_not(value) if limit else None
+
+
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def check_values(cls: type, data: dict, prefix: str = "") -> None:
+    """Raise ConfigError for the first value in `data` that a field of `cls` cannot take.
+
+    Unknown keys are an error too (a typo in a TOML file should not be silently ignored).
+    A nested "model" table is checked against ModelConfig.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(prefix.rstrip(".") or "config", data, "must be a table of settings")
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(prefix + key, value, "unknown setting")
+        why = why_not(cls, key, value)
+        if why:
+            raise ConfigError(prefix + key, value, why)
+        if key == "model" and isinstance(value, dict):
+            check_values(ModelConfig, value, prefix + "model.")
 
 
 def to_dict(cfg: Any) -> dict:
@@ -121,7 +276,10 @@ def to_dict(cfg: Any) -> dict:
 
 
 def from_dict(cls: type[C], data: dict) -> C:
-    """Build `cls` from a dict, ignoring unknown keys and nesting ModelConfig."""
+    """Build `cls` from a dict, ignoring unknown keys and nesting ModelConfig.
+
+    Values are not checked here: call `check_values` on anything a user could have written.
+    """
     known = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
@@ -133,13 +291,25 @@ def from_dict(cls: type[C], data: dict) -> C:
     return cls(**kwargs)
 
 
-def unknown_keys(cls: type, data: dict, prefix: str = "") -> list[str]:
-    """Keys in `data` that `cls` has no field for (typos in a TOML file)."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    bad = [prefix + k for k in data if k not in known]
-    if isinstance(data.get("model"), dict):
-        bad += unknown_keys(ModelConfig, data["model"], prefix="model.")
-    return bad
+def build(cls: type[C], data: dict, name: Callable[[str], str] = lambda key: key) -> C:
+    """Check `data` and build `cls` from it; ConfigError keys are renamed by `name`."""
+    try:
+        check_values(cls, data)
+        return from_dict(cls, data)
+    except ConfigError as e:
+        raise ConfigError(name(e.key), e.value, e.why) from None
+
+
+def differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(key, old, new) for each field whose value differs, nested tables flattened."""
+    diffs = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            diffs += differences(a, b, prefix + key + ".")
+        elif a != b:
+            diffs.append((prefix + key, a, b))
+    return diffs
 
 
 def read_toml(path: str | Path) -> dict:

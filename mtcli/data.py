@@ -13,30 +13,8 @@ from pathlib import Path
 import torch
 
 from mtcli.errors import UserError
+from mtcli.textio import decode_line, open_binary, read_lines
 from mtcli.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-
-def _open_binary(path: str | Path):
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a text file") from None
-
-
-def _decode_line(raw: bytes, path: str | Path, line_no: int) -> str:
-    try:
-        return raw.decode("utf-8").rstrip("\r\n")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}:{line_no}: invalid UTF-8 (byte {e.start + 1})") from None
-
-
-def read_lines(path: str | Path) -> Iterator[str]:
-    """Stream the lines of a UTF-8 file without newlines; bad bytes name file and line."""
-    with _open_binary(path) as f:
-        for line_no, raw in enumerate(f, 1):
-            yield _decode_line(raw, path, line_no)
 
 
 def _count_rest(f) -> int:
@@ -49,7 +27,7 @@ def read_parallel(src: str | Path, tgt: str | Path) -> Iterator[tuple[int, str, 
     The files are read in lockstep, so memory stays flat; a length mismatch is found when
     the shorter one ends, and the error names both files and both line counts.
     """
-    with _open_binary(src) as fs, _open_binary(tgt) as ft:
+    with open_binary(src) as fs, open_binary(tgt) as ft:
         line_no = 0
         while True:
             raw_s, raw_t = fs.readline(), ft.readline()
@@ -62,7 +40,7 @@ def read_parallel(src: str | Path, tgt: str | Path) -> Iterator[tuple[int, str, 
                     )
                 return
             line_no += 1
-            yield line_no, _decode_line(raw_s, src, line_no), _decode_line(raw_t, tgt, line_no)
+            yield line_no, decode_line(raw_s, src, line_no), decode_line(raw_t, tgt, line_no)
 
 
 def read_tsv(path: str | Path) -> Iterator[tuple[int, str, str]]:

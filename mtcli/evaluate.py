@@ -12,6 +12,8 @@ from sacrebleu.significance import PairedTest
 
 from mtcli.errors import UserError
 
+BLEU_TOKENIZERS = tuple(BLEU.TOKENIZERS)  # sacrebleu's names: 13a, zh, intl, char, ...
+
 
 def bleu_tokenizer_for(lang: str) -> str:
     """sacrebleu's own choice: 'zh' for Chinese, '13a' for languages with spaces."""

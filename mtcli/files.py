@@ -1,41 +1,134 @@
-"""Atomic directory writes: build beside the target, then rename into place.
+"""Durable, atomic directory writes, and the rule that mtcli never replaces what it did not write.
 
-Imports only the stdlib. Used for tokenizers, model directories and prepared corpora, so a
-kill at any moment leaves either the old complete directory or the new one.
+Imports only the stdlib (and mtcli.errors). A directory is built beside its destination under
+a temporary name, every file and the directory itself are fsynced, and then it takes the
+destination's place in one step: on Linux an atomic exchange of the two names (renameat2
+RENAME_EXCHANGE), so at every instant the destination is the whole old directory or the whole
+new one. Where the exchange is missing, the old directory steps aside to NAME.old first, and
+`resolve_dir` reads NAME.old while NAME is absent. Leftovers of a killed writer (NAME.tmp-*,
+NAME.old) are removed by `clean_leftovers` on the next start.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
+from mtcli.errors import UserError
 
-def temp_dir_beside(dst: str | Path) -> Path:
-    """A fresh empty directory next to `dst` (same filesystem, so a rename is atomic)."""
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=dst.name + ".tmp-", dir=dst.parent))
+_TEMP = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)-[^.]+$")
+
+
+# ---------------------------------------------------------------- durability
+def fsync_path(path: Path) -> None:
+    """fsync one file or directory (a directory's fsync makes its entries durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file below `root`, then every directory, deepest first."""
+    for dirpath, _, filenames in os.walk(root, topdown=False):
+        for name in filenames:
+            fsync_path(Path(dirpath) / name)
+        fsync_path(Path(dirpath))
+
+
+def shareable(path: Path) -> None:
+    """Give a file or directory the permissions the umask allows (mkdtemp and some writers
+    make 0600/0700; a model directory should be readable by whoever may read its folder)."""
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a model directory should be shareable
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+def write_file_atomic(path: str | Path, data: bytes) -> None:
+    """Write a whole file beside `path`, fsync it, rename it into place, fsync the folder."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        shareable(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+
+
+# ---------------------------------------------------------------- atomic directories
+def temp_dir_beside(dst: str | Path) -> Path:
+    """A fresh empty directory next to `dst` (same filesystem, so a rename is atomic).
+
+    Its name carries this process's id, so `clean_leftovers` can tell a dead writer's
+    leftovers from a live writer's work in progress.
+    """
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{dst.name}.tmp-{os.getpid()}-", dir=dst.parent))
+    shareable(tmp)
     return tmp
 
 
-def replace_dir(tmp: Path, dst: Path) -> None:
-    """Move a finished directory into place. At every instant either `dst` or `dst.old` is whole.
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths atomically (Linux renameat2). False where it is unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
 
-    POSIX cannot rename onto a non-empty directory, so the old one steps aside first; a crash
-    between the two renames leaves `dst.old`, which `resolve_dir` falls back to.
+
+def replace_dir(tmp: Path, dst: Path) -> None:
+    """Make the finished directory `tmp` durable, then put it in `dst`'s place.
+
+    At every instant `dst` is whole: the old one or the new one. Without an atomic exchange,
+    the old one is `dst.old` for the moment between two renames (see resolve_dir).
     """
+    fsync_tree(tmp)
+    if dst.is_dir() and _exchange(tmp, dst):
+        fsync_path(dst.parent)
+        shutil.rmtree(tmp, ignore_errors=True)  # the old content, under the temporary name
+        return
     old = dst.with_name(dst.name + ".old")
     if old.exists():
         shutil.rmtree(old)
     if dst.exists():
         os.replace(dst, old)
     os.replace(tmp, dst)
+    fsync_path(dst.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def link_or_copy_dir(src: Path, dst: Path) -> None:
+    """Fill `dst` with hard links to the files of `src` (copies where links are not possible).
+
+    A checkpoint is written once and then appears as step-N, last and best at no extra cost;
+    files are never changed in place, so the links can never show a half-written file.
+    """
+    for item in src.iterdir():
+        try:
+            os.link(item, dst / item.name)
+        except OSError:
+            shutil.copy2(item, dst / item.name)
 
 
 def resolve_dir(path: str | Path, marker: str) -> Path:
@@ -45,3 +138,81 @@ def resolve_dir(path: str | Path, marker: str) -> Path:
     if not (path / marker).is_file() and (old / marker).is_file():
         return old
     return path
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def clean_leftovers(folder: Path, marker: str, *, every_pid: bool = False) -> list[str]:
+    """Remove what killed writers left in `folder`: NAME.tmp-PID-* of dead processes (all of
+    them with `every_pid`, when a lock proves no one else writes here) and NAME.old beside a
+    whole NAME. A NAME.old without its NAME is renamed back: it is the only copy.
+    Returns the names removed or restored, for the log."""
+    done = []
+    if not folder.is_dir():
+        return done
+    for entry in sorted(folder.iterdir()):
+        m = _TEMP.match(entry.name)
+        if m and entry.is_dir() and (every_pid or not _pid_alive(int(m["pid"]))):
+            shutil.rmtree(entry, ignore_errors=True)
+            done.append(entry.name)
+        elif entry.name.endswith(".old") and entry.is_dir():
+            whole = entry.with_name(entry.name[: -len(".old")])
+            if (whole / marker).is_file():
+                shutil.rmtree(entry, ignore_errors=True)
+            elif not whole.exists():
+                os.replace(entry, whole)
+            done.append(entry.name)
+    return done
+
+
+# ---------------------------------------------------------------- what mtcli may replace
+# Each kind of directory mtcli writes, by the file that marks it and every name it may hold.
+_TOKENIZER_FILES = r"tokenizer\.json|[^/]+\.model"
+KINDS = {
+    "model": ("config.json", re.compile(rf"^(config\.json|model\.safetensors|trainer_state\.pt|{_TOKENIZER_FILES})$")),
+    "tokenizer": ("tokenizer.json", re.compile(rf"^({_TOKENIZER_FILES})$")),
+    "corpus": ("manifest.json", re.compile(r"^(manifest\.json|(train|valid|test)\.(src|tgt|attr))$")),
+}  # fmt: skip
+
+
+def is_own_dir(path: Path, kind: str) -> bool:
+    """True when `path` is a directory mtcli wrote as `kind`, holding nothing else."""
+    marker, names = KINDS[kind]
+    if not (path / marker).is_file():
+        return False
+    if kind == "model" and not _json_has(path / marker, "mtcli_version"):
+        return False
+    return all(names.match(p.name) for p in path.iterdir())
+
+
+def _json_has(path: Path, key: str) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and key in data
+
+
+def check_replaceable(path: str | Path, kind: str, option: str, force: bool) -> None:
+    """Refuse to write directory `kind` at `path` where something of the user's is.
+
+    Free: a path that does not exist, an empty directory, or mtcli's own `kind` directory
+    (which is replaced whole). Anything else needs `force`.
+    """
+    path = Path(path)
+    if force or not path.exists():
+        return
+    if path.is_dir() and (not any(path.iterdir()) or is_own_dir(path, kind)):
+        return
+    what = "a file" if not path.is_dir() else "a directory that is not an mtcli " + kind
+    raise UserError(
+        f"{option} {path}: {what}; mtcli will not replace it (--force to replace it anyway)"
+    )

@@ -1,7 +1,9 @@
 """Real corpora: download (or take a local copy), verify, normalise, split, write with a manifest.
 
 Writes DIR/{train,valid,test}.{src,tgt} (+ .attr where the corpus has attribution) and
-DIR/manifest.json. Knows nothing about models. Reports progress through a callback.
+DIR/manifest.json, all at once: the directory is built aside and swapped in whole. Downloads
+are kept in the cache folder (see `cache_dir`), not in DIR. Knows nothing about models.
+Reports progress through a callback.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import unicodedata
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtcli.errors import UserError
-from mtcli.files import temp_dir_beside
+from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
@@ -250,17 +253,19 @@ def split_by_source(pairs: Pairs, *, n_test: int, n_valid: int, seed: int) -> di
 # ---------------------------------------------------------------- readers of raw files
 def _read_tatoeba(raw: Path) -> tuple[Pairs, str]:
     """Parse cmn.txt (English TAB Chinese TAB attribution) from the zip or a (gzipped) copy."""
-    if (raw / "cmn-eng.zip").is_file():
-        with zipfile.ZipFile(raw / "cmn-eng.zip") as z:
-            data = z.read("cmn.txt")
-    elif (raw / "cmn.txt.gz").is_file():
-        data = gzip.decompress((raw / "cmn.txt.gz").read_bytes())
-    elif (raw / "cmn.txt").is_file():
-        data = (raw / "cmn.txt").read_bytes()
+    for name in ("cmn-eng.zip", "cmn.txt.gz", "cmn.txt"):
+        if (raw / name).is_file():
+            data = _unpack(raw / name)
+            break
     else:
         raise UserError(f"{raw}: expected cmn-eng.zip, cmn.txt.gz or cmn.txt")
     pairs = Pairs()
-    for line_no, line in enumerate(data.decode("utf-8").splitlines(), 1):
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_no = data[: e.start].count(b"\n") + 1
+        raise UserError(f"{raw / name}: cmn.txt line {line_no}: invalid UTF-8") from None
+    for line_no, line in enumerate(text.splitlines(), 1):
         cols = line.split("\t")
         if len(cols) < 2:
             raise UserError(
@@ -271,11 +276,33 @@ def _read_tatoeba(raw: Path) -> tuple[Pairs, str]:
     return pairs, hashlib.sha256(data).hexdigest()
 
 
+def _unpack(path: Path) -> bytes:
+    """The text of a raw file: cmn.txt inside a zip, a gzipped file, or a plain one."""
+    try:
+        if path.suffix == ".zip":
+            with zipfile.ZipFile(path) as z:
+                return z.read("cmn.txt")
+        if path.suffix == ".gz":
+            return gzip.decompress(path.read_bytes())
+        return path.read_bytes()
+    except KeyError:
+        raise UserError(f"{path}: the archive holds no cmn.txt") from None
+    except (zipfile.BadZipFile, gzip.BadGzipFile, EOFError, OSError, zlib.error) as e:
+        raise UserError(f"{path}: damaged archive ({e})") from None
+
+
 def _read_gz_lines(path: Path) -> list[str]:
     if not path.is_file():
         raise UserError(f"{path}: missing")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    data = _unpack(path)
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        line_no = data[: e.start].count(b"\n") + 1
+        raise UserError(f"{path}: line {line_no}: invalid UTF-8") from None
+    if lines and not lines[-1]:
+        lines.pop()  # the newline that ends the last line
+    return [line.rstrip("\r") for line in lines]
 
 
 def _read_multi30k(raw: Path) -> dict[str, Pairs]:
@@ -300,6 +327,16 @@ class PrepareOptions:
     n_valid: int = 1000
     seed: int = 1234
     verify: bool = True  # check recorded checksums
+    force: bool = False  # replace an --out that is not a prepared corpus
+
+
+def cache_dir() -> Path:
+    """Where downloads stay between runs: $MTCLI_CACHE, else $XDG_CACHE_HOME/mtcli, else
+    ~/.cache/mtcli (the place sacrebleu and pip also use for theirs)."""
+    if env := os.environ.get("MTCLI_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "mtcli"
 
 
 def fetch_raw(spec: CorpusSpec, opts: PrepareOptions, cache: Path, progress: Progress) -> Path:
@@ -323,7 +360,10 @@ def prepare(
         raise UserError(f"unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
     spec = CORPORA[name]
     out = Path(out)
-    raw = fetch_raw(spec, opts, out / "raw", progress)
+    check_replaceable(out, "corpus", "--out", opts.force)
+    if opts.n_test < 0 or opts.n_valid < 0:
+        raise UserError("--test-size and --valid-size must be at least 0")
+    raw = fetch_raw(spec, opts, cache_dir() / "downloads" / spec.name, progress)
     dropped: dict[str, int] = {}
     simplify = spec.tgt_lang == "zh" and opts.zh_script == "simplified"
     if spec.official_splits:
@@ -352,6 +392,11 @@ def prepare(
         cleaned = clean_pairs(
             pairs, form=opts.unicode_form, simplify=simplify, dedupe=True, dropped=dropped
         )
+        if opts.n_test + opts.n_valid >= len(cleaned):
+            raise UserError(
+                f"--test-size {opts.n_test} and --valid-size {opts.n_valid} leave no training "
+                f"pairs: {spec.name} has {len(cleaned):,} after cleaning"
+            )
         splits = split_by_source(cleaned, n_test=opts.n_test, n_valid=opts.n_valid, seed=opts.seed)
         checksums = {"cmn.txt": text_sha}
     manifest = {
@@ -375,9 +420,9 @@ def prepare(
 
 
 def _write_splits(out: Path, splits: dict[str, Pairs], manifest: dict) -> None:
-    """Write every file to a temp folder first, then move them in: no half-written output."""
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = temp_dir_beside(out / ".prepare")
+    """Build the whole directory aside, then swap it in: a kill never mixes old and new files."""
+    clean_leftovers(out.parent, "manifest.json")
+    tmp = temp_dir_beside(out)
     try:
         for split, p in splits.items():
             for ext, lines in (("src", p.src), ("tgt", p.tgt), ("attr", p.attr)):
@@ -389,7 +434,7 @@ def _write_splits(out: Path, splits: dict[str, Pairs], manifest: dict) -> None:
         (tmp / "manifest.json").write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
         )
-        for f in tmp.iterdir():
-            os.replace(f, out / f.name)
-    finally:
+        replace_dir(tmp, out)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise

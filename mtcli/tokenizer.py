@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,8 @@ from pathlib import Path
 import sentencepiece as spm
 
 from mtcli.errors import UserError
-from mtcli.files import replace_dir, temp_dir_beside
+from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
+from mtcli.textio import read_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
@@ -36,12 +39,23 @@ class TokenizerOptions:
 
 
 def _iter_lines(paths: Iterable[str | Path]) -> Iterator[str]:
+    """Non-empty stripped lines; invalid UTF-8 stops training with file:line."""
     for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    yield line
+        for line in read_lines(path):
+            if line := line.strip():
+                yield line
+
+
+def _check_text(path: str | Path) -> None:
+    """Read a training file once before sentencepiece does: it must be UTF-8 and hold text.
+
+    (sentencepiece would replace bad bytes silently, and say only `!sentences_.empty()`.)
+    """
+    if not sum(1 for line in read_lines(path) if line.strip()):
+        raise UserError(f"{path}: no text to train a tokenizer on (empty file)")
+
+
+_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 
 
 def _train_one(lines: Iterator[str], prefix: Path, opts: TokenizerOptions) -> None:
@@ -70,29 +84,48 @@ def _train_one(lines: Iterator[str], prefix: Path, opts: TokenizerOptions) -> No
     try:
         spm.SentencePieceTrainer.train(**kwargs)
     except RuntimeError as e:
-        raise UserError(f"sentencepiece training failed: {e}") from None
+        if m := _TOO_SMALL.search(str(e)):
+            raise UserError(
+                f"--vocab-size {m[1]} is too small: the corpus needs {m[2]} pieces for its "
+                f"characters at --character-coverage {opts.character_coverage}; raise "
+                "--vocab-size or lower --character-coverage"
+            ) from None
+        raise UserError(f"sentencepiece training failed: {str(e).splitlines()[0]}") from None
 
 
 def train_tokenizer(
-    src: str | Path, tgt: str | Path, out: str | Path, opts: TokenizerOptions
+    src: str | Path,
+    tgt: str | Path,
+    out: str | Path,
+    opts: TokenizerOptions,
+    *,
+    force: bool = False,
 ) -> Tokenizer:
-    """Train BPE on the training text and write a tokenizer directory to `out` atomically."""
-    for path in (src, tgt):
-        if not Path(path).is_file():
-            raise UserError(f"{path}: no such file")
+    """Train BPE on the training text and write a tokenizer directory to `out` atomically.
+
+    `out` may be new, empty, or an earlier tokenizer directory; anything else needs `force`.
+    """
     out = Path(out)
+    check_replaceable(out, "tokenizer", "--out", force)
+    for path in (src, tgt):
+        _check_text(path)
+    clean_leftovers(out.parent, META_FILE)
     tmp = temp_dir_beside(out)
-    if opts.joint:
-        _train_one(_iter_lines([src, tgt]), tmp / "spm", opts)
-        meta = {"joint": True, "src_model": "spm.model", "tgt_model": "spm.model"}
-    else:
-        _train_one(_iter_lines([src]), tmp / "src", opts)
-        _train_one(_iter_lines([tgt]), tmp / "tgt", opts)
-        meta = {"joint": False, "src_model": "src.model", "tgt_model": "tgt.model"}
-    for vocab in tmp.glob("*.vocab"):
-        vocab.unlink()  # the .model file holds the vocabulary too
-    (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-    replace_dir(tmp, out)
+    try:
+        if opts.joint:
+            _train_one(_iter_lines([src, tgt]), tmp / "spm", opts)
+            meta = {"joint": True, "src_model": "spm.model", "tgt_model": "spm.model"}
+        else:
+            _train_one(_iter_lines([src]), tmp / "src", opts)
+            _train_one(_iter_lines([tgt]), tmp / "tgt", opts)
+            meta = {"joint": False, "src_model": "src.model", "tgt_model": "tgt.model"}
+        for vocab in tmp.glob("*.vocab"):
+            vocab.unlink()  # the .model file holds the vocabulary too
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return Tokenizer.load(out)
 
 
@@ -115,10 +148,7 @@ class Tokenizer:
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizer:
         directory = Path(directory)
-        meta_path = directory / META_FILE
-        if not meta_path.is_file():
-            raise UserError(f"{directory}: not a tokenizer directory (no {META_FILE})")
-        meta = json.loads(meta_path.read_text())
+        meta = read_meta(directory)
         src = _load_processor(directory / meta["src_model"])
         tgt = src if meta["joint"] else _load_processor(directory / meta["tgt_model"])
         return cls(src, tgt, meta["joint"])
@@ -126,7 +156,7 @@ class Tokenizer:
     @staticmethod
     def model_files(directory: str | Path) -> list[str]:
         """The files that make up a tokenizer directory (to copy into a model directory)."""
-        meta = json.loads((Path(directory) / META_FILE).read_text())
+        meta = read_meta(Path(directory))
         return sorted({META_FILE, meta["src_model"], meta["tgt_model"]})
 
     @property
@@ -160,6 +190,28 @@ class Tokenizer:
 
     def tgt_id_to_piece(self, ids: list[int]) -> list[str]:
         return [self.tgt.id_to_piece(i) for i in ids]
+
+
+def read_meta(directory: Path) -> dict:
+    """tokenizer.json, checked: {"joint": bool, "src_model": file name, "tgt_model": file name}."""
+    path = directory / META_FILE
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such tokenizer or model directory")
+    if not path.is_file():
+        raise UserError(f"{directory}: not a tokenizer directory (no {META_FILE})")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: invalid JSON ({e})") from None
+    names_ok = isinstance(meta, dict) and all(
+        isinstance(meta.get(k), str) and meta[k] and "/" not in meta[k] and meta[k] != ".."
+        for k in ("src_model", "tgt_model")
+    )
+    if not names_ok or not isinstance(meta.get("joint"), bool):
+        raise UserError(
+            f'{path}: expected {{"joint": true|false, "src_model": FILE, "tgt_model": FILE}}'
+        )
+    return meta
 
 
 def seed_sampling(seed: int) -> None:

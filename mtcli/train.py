@@ -1,9 +1,15 @@
 """The training loop: warm-up schedule, label-smoothed loss, validation, checkpoints, resume, DDP.
 
-Reads top to bottom in nanoGPT's order. Reports through a callback and never prints, so the
-CLI decides how progress looks. Distributed runs are started by torchrun, which sets
-RANK / WORLD_SIZE; each rank trains on a disjoint share of every epoch's batches and only
-rank 0 validates and writes.
+Reads top to bottom in nanoGPT's order: `train` sets up (process group, run directory,
+model and tokenizer, data, optimizer, restored state), then loops: lr from the schedule,
+forward, loss, backward, clip, step; every N steps log, validate and checkpoint. The pieces
+it leans on each have a name and a place: the process group (distributed.py), the run
+directory with its lock and checkpoint placement (run_dir.py), validation (validation.py),
+the stop flag and the precision policy (below).
+
+Every checkpoint is resumable (it holds the trainer state), and a run resumed from any of
+them continues bit for bit as if it had never stopped (CPU, fp32). Reports go to a callback;
+nothing here prints, except a last word on a second Ctrl-C.
 """
 
 from __future__ import annotations
@@ -11,11 +17,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import math
+import json
 import os
 import random
-import re
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -23,11 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 
-from mtcli.checkpoint import SaveRequest, load_model, load_trainer_state, read_config, save_model
-from mtcli.config import DecodeConfig, ModelConfig, TrainConfig, to_dict
+from mtcli.checkpoint import (
+    SaveRequest,
+    check_model_dir,
+    load_model,
+    load_trainer_state,
+    write_model_dir,
+)
+from mtcli.config import (
+    RESUMABLE_CHANGES,
+    ModelConfig,
+    TrainConfig,
+    differences,
+    from_dict,
+    to_dict,
+)
 from mtcli.data import (
     Corpus,
     check_parallel,
@@ -38,57 +53,16 @@ from mtcli.data import (
     resplit,
 )
 from mtcli.device import pick_device, use_cores
+from mtcli.distributed import ProcessGroup, rng_state, set_rng_state, start_process_group
 from mtcli.errors import Interrupted, UserError
-from mtcli.evaluate import bleu, bleu_tokenizer_for
 from mtcli.model import Seq2Seq
-from mtcli.tokenizer import PAD_ID, Tokenizer, TokenizerOptions, seed_sampling, train_tokenizer
-from mtcli.translate import Translator
+from mtcli.reports import Message, Report, StepReport, TrainResult, ValidReport
+from mtcli.run_dir import RunDir, check_run_out, recorded_settings, resume_point
+from mtcli.tokenizer import Tokenizer, TokenizerOptions, seed_sampling, train_tokenizer
+from mtcli.validation import Validator, smoothed_loss
 
-STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
-# ---------------------------------------------------------------- reports (for the CLI)
-@dataclass
-class StepReport:
-    step: int
-    epoch: int
-    loss: float  # label-smoothed cross-entropy per target token
-    lr: float
-    tokens_per_s: float  # target tokens (all ranks) per second since the last report
-    elapsed: float  # seconds since this run started
-    fraction: float | None  # estimated share of the run done (None when unbounded)
-
-    @property
-    def ppl(self) -> float:
-        return math.exp(min(self.loss, 50.0))
-
-
-@dataclass
-class ValidReport:
-    step: int
-    loss: float  # plain cross-entropy (no smoothing) per target token
-    bleu: float | None
-    is_best: bool
-
-    @property
-    def ppl(self) -> float:
-        return math.exp(min(self.loss, 50.0))
-
-
-@dataclass
-class Message:
-    text: str
-
-
-Report = StepReport | ValidReport | Message
-
-
-@dataclass
-class TrainResult:
-    step: int
-    best: list[float] | None  # best validation [BLEU, -loss] (BLEU 0 when it is off)
-    losses: list[float] = field(default_factory=list)  # one per optimizer step of this run
-    out: Path = Path()
+# model fields that follow from the tokenizer, not from the user's settings
+DERIVED_MODEL_FIELDS = ("src_vocab_size", "tgt_vocab_size", "share_embeddings")
 
 
 # ---------------------------------------------------------------- pure pieces
@@ -96,23 +70,6 @@ def lr_at(step: int, cfg: TrainConfig, d_model: int) -> float:
     """The paper's schedule: factor * D^-0.5 * min(step^-0.5, step * warmup^-1.5), step >= 1."""
     step = max(step, 1)
     return cfg.lr_factor * d_model**-0.5 * min(step**-0.5, step * cfg.warmup**-1.5)
-
-
-def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
-    """Summed label-smoothed cross-entropy over non-pad targets. logits (B, T, V), target (B, T).
-
-    bf16 logits stay bf16: the kernel works in fp32 inside each row, and converting the
-    (tokens x V) logits to fp32 first cost ~15% of a bf16 training step (2,614 -> 3,044 target
-    tokens/s measured); the per-token losses are summed in fp32.
-    """
-    losses = F.cross_entropy(
-        logits.flatten(0, 1),
-        target.flatten(),
-        ignore_index=PAD_ID,
-        label_smoothing=smoothing,
-        reduction="none",
-    )  # (B*T,), zero at padding
-    return losses.float().sum()
 
 
 def make_optimizer(params, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
@@ -128,57 +85,51 @@ def make_optimizer(params, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer
         return torch.optim.Adam(params, **kwargs)
 
 
-def autocast(device: torch.device, precision: str):
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+class Precision:
+    """fp32, or bf16 autocast; on a GPU without bf16, fp16 autocast with a gradient scaler
+    (fp16's narrow range would underflow small gradients without one)."""
 
-
-# ---------------------------------------------------------------- distributed
-@dataclass
-class Dist:
-    rank: int = 0
-    world: int = 1
+    def __init__(self, device: torch.device, name: str):
+        self.device, self.dtype, self.scaler = device, None, None
+        if name == "bf16":
+            self.dtype = torch.bfloat16
+            if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+                self.dtype = torch.float16
+                self.scaler = torch.amp.GradScaler("cuda")
 
     @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+    def name(self) -> str:
+        return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
 
-    def barrier(self) -> None:
-        if self.world > 1:
-            dist.barrier()
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
 
-    def any(self, flag: bool) -> bool:
-        """True on every rank if it is True on any (so all ranks stop at the same step)."""
-        if self.world == 1:
-            return flag
-        t = torch.tensor([int(flag)])
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
 
-    def sum(self, value: float) -> float:
-        if self.world == 1:
-            return value
-        t = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(t)
-        return float(t.item())
-
-
-def init_distributed(device: torch.device) -> Dist:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return Dist()
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend)
-    rank = dist.get_rank()
-    if device.type == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    return Dist(rank, world)
+    def step(self, optimizer: torch.optim.Optimizer, params, clip_norm: float) -> None:
+        """Clip (on true gradients: unscaled first), step, and clear the gradients."""
+        if self.scaler:
+            self.scaler.unscale_(optimizer)
+        if clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip_norm)
+        if self.scaler:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
 
-# ---------------------------------------------------------------- signals
 class StopFlag:
-    """Set by SIGINT/SIGTERM; the loop finishes its step, saves `last`, then stops."""
+    """Set by SIGINT/SIGTERM; the loop finishes its step, saves `last`, then stops.
+
+    A second signal means the user will not wait: the process ends at once (exit 130). What
+    is on disk stays whole (writes are atomic); a half-written temporary directory is
+    removed on the next start.
+    """
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -191,8 +142,10 @@ class StopFlag:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.signum is not None:  # second Ctrl-C: the user means it
-            raise KeyboardInterrupt
+        if self.signum is not None:
+            # raising here could surface as a traceback from wherever the signal lands
+            os.write(2, b"interrupted again: stopped without saving; last/ is the checkpoint\n")
+            os._exit(130)
         self.signum = signum
 
     def __exit__(self, *exc) -> None:
@@ -201,7 +154,7 @@ class StopFlag:
 
 
 # ---------------------------------------------------------------- setup
-def prepare_tokenizer(cfg: TrainConfig, ddp: Dist) -> Path:
+def prepare_tokenizer(cfg: TrainConfig, group: ProcessGroup) -> Path:
     """The tokenizer directory to use: the given one, or one trained now into OUT/tokenizer."""
     if cfg.tokenizer:
         Tokenizer.load(cfg.tokenizer)  # fail early on a bad directory
@@ -209,11 +162,11 @@ def prepare_tokenizer(cfg: TrainConfig, ddp: Dist) -> Path:
     if not cfg.tgt:
         raise UserError("a TSV corpus needs --tokenizer (train one with `mtcli tokenizer train`)")
     tok_dir = Path(cfg.out) / "tokenizer"
-    if ddp.is_main and not (tok_dir / "tokenizer.json").is_file():
+    if group.is_main and not (tok_dir / "tokenizer.json").is_file():
         train_tokenizer(
             cfg.src, cfg.tgt, tok_dir, TokenizerOptions(vocab_size=cfg.vocab_size, seed=cfg.seed)
         )
-    ddp.barrier()
+    group.barrier()
     return tok_dir
 
 
@@ -254,56 +207,121 @@ def build_model_config(cfg: TrainConfig, tokenizer: Tokenizer) -> ModelConfig:
     )
 
 
-def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
+def architecture_differences(wanted: ModelConfig, actual: ModelConfig) -> list[tuple]:
+    """(field, actual, wanted) for each model field the user chose that differs."""
+    a, w = to_dict(actual), to_dict(wanted)
+    return [(k, a[k], w[k]) for k in a if k not in DERIVED_MODEL_FIELDS and a[k] != w[k]]
 
 
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate((3, tuple(state["python"]), None))
+def check_same_run(checkpoint: Path, cfg: TrainConfig) -> list[tuple]:
+    """Refuse to resume a checkpoint with other model, data or optimisation settings.
 
-
-# ---------------------------------------------------------------- validation
-@torch.no_grad()
-def validate_loss(model: Seq2Seq, corpus: Corpus, cfg: TrainConfig, device: torch.device) -> float:
-    """Cross-entropy per target token over the whole validation set (no smoothing)."""
-    model.eval()
-    total, tokens = 0.0, 0
-    for indices in epoch_batches(corpus, max_tokens=cfg.max_tokens, seed=0, epoch=0):
-        batch = collate(corpus, indices).to(device)
-        with autocast(device, cfg.precision):
-            logits = model(batch.src_ids, batch.tgt_in)
-        # fp32 here whatever the training precision: validation measures the model
-        total += float(smoothed_loss(logits.float(), batch.tgt_out, 0.0))
-        tokens += batch.n_tgt_tokens
-    model.train()
-    return total / max(tokens, 1)
-
-
-def validate_bleu(
-    model: Seq2Seq,
-    tokenizer: Tokenizer,
-    sources: list[str],
-    refs: list[str],
-    cfg: TrainConfig,
-    device,
-) -> float:
-    """BLEU of greedy translations of the first validation lines."""
-    model.eval()
-    translator = Translator(model, tokenizer, DecodeConfig(beam_size=1), device=device)
-    hyps = [t.text for t in translator.translate_chunk(sources)]
-    model.train()
-    return bleu(hyps, refs, tokenize=bleu_tokenizer_for(cfg.tgt_lang))
-
-
-# ---------------------------------------------------------------- checkpoints
-def prune_step_dirs(out: Path, keep: int) -> None:
-    """Delete all but the newest `keep` OUT/step-N directories."""
-    steps = sorted(
-        (int(m.group(1)), p) for p in out.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()
+    Budgets and cadences (RESUMABLE_CHANGES) may change; those changes are returned.
+    """
+    train_rec, model_rec = recorded_settings(checkpoint)
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    recorded = to_dict(  # fields an older mtcli did not record take their defaults
+        from_dict(
+            TrainConfig, {**{k: v for k, v in train_rec.items() if k in known}, "model": model_rec}
+        )
     )
-    for _, path in steps[: max(len(steps) - keep, 0)]:
-        shutil.rmtree(path, ignore_errors=True)
+    requested = to_dict(cfg)
+    diffs = differences(
+        {k: v for k, v in recorded.items() if k != "model"},
+        {k: v for k, v in requested.items() if k != "model"},
+    )
+    diffs += [
+        ("model." + k, a, w)
+        for k, a, w in architecture_differences(cfg.model, from_dict(ModelConfig, model_rec))
+    ]
+    if refused := [d for d in diffs if d[0] not in RESUMABLE_CHANGES]:
+        changes = ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in refused)
+        raise UserError(
+            f"{checkpoint} was trained with other settings ({changes}); use the same settings "
+            "to continue, --restart to start over, or another --out"
+        )
+    return diffs
+
+
+@dataclass
+class Start:
+    """Where a run begins: its model, its tokenizer, and the trainer state when resumed."""
+
+    model: Seq2Seq
+    tokenizer: Tokenizer
+    tokenizer_dir: Path
+    state: dict | None = None
+
+
+def continue_run(checkpoint: Path, cfg: TrainConfig, say) -> Start:
+    """Model, tokenizer and trainer state of a checkpoint of this same run."""
+    changes = check_same_run(checkpoint, cfg)
+    state = load_trainer_state(checkpoint)
+    loaded = load_model(checkpoint)
+    for key, old, new in changes:
+        say(Message(f"resuming with {key} {old!r} -> {new!r}"))
+    say(Message(f"resuming from {checkpoint} at step {state['step']} (--restart to start over)"))
+    return Start(loaded.model, loaded.tokenizer, loaded.path, state)
+
+
+def check_init(cfg: TrainConfig) -> None:
+    """--init MODEL brings its shape and tokenizer: a flag that asks for others is refused."""
+    path, _, model_cfg, _ = check_model_dir(cfg.init)
+    if cfg.tokenizer and Path(cfg.tokenizer).resolve() != path.resolve():
+        raise UserError(
+            f"--tokenizer {cfg.tokenizer} conflicts with --init {cfg.init}: the model brings its "
+            "own tokenizer"
+        )
+    if diffs := architecture_differences(cfg.model, model_cfg):
+        k, actual, wanted = diffs[0]
+        raise UserError(f"--init {cfg.init} has {k} {actual!r}; it cannot be trained as {wanted!r}")
+
+
+def start_from_model(cfg: TrainConfig) -> Start:
+    """--init: a new run from a model's weights, shape and tokenizer (fresh optimizer)."""
+    loaded = load_model(cfg.init)
+    # the same weights in a model with this run's dropout rates
+    model = Seq2Seq(dataclasses.replace(loaded.model.cfg, **_dropouts(cfg.model)))
+    model.load_state_dict(loaded.model.state_dict())
+    return Start(model, loaded.tokenizer, loaded.path)
+
+
+def _dropouts(cfg: ModelConfig) -> dict:
+    return {k: getattr(cfg, k) for k in ("dropout", "attention_dropout", "activation_dropout")}
+
+
+def start_new(cfg: TrainConfig, group: ProcessGroup) -> Start:
+    tok_dir = prepare_tokenizer(cfg, group)
+    tokenizer = Tokenizer.load(tok_dir)
+    return Start(Seq2Seq(build_model_config(cfg, tokenizer)), tokenizer, tok_dir)
+
+
+def check_inputs(cfg: TrainConfig, force: bool) -> None:
+    """Every input a run reads, checked before it writes anything: --out, the corpora, the
+    tokenizer or --init model, the TensorBoard package."""
+    check_run_out(Path(cfg.out), force)
+    # a corpus mistake (missing file, misaligned lines, bad UTF-8) should stop the run before
+    # minutes go into training a tokenizer on it
+    for src, tgt in ((cfg.src, cfg.tgt), (cfg.valid_src, cfg.valid_tgt)):
+        if src:
+            check_parallel(src, tgt or None)
+    if cfg.tokenizer:
+        Tokenizer.load(cfg.tokenizer)
+    if cfg.init:
+        check_init(cfg)
+    if cfg.tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise UserError(
+                "--tensorboard needs the tensorboard package: pip install 'mtcli[tensorboard]'"
+            ) from None
+
+
+def my_share(batches: list, group: ProcessGroup) -> list:
+    """This rank's equal share of an epoch's batches (DDP's collectives need equal counts)."""
+    share = len(batches) // group.world
+    return batches[group.rank * share : (group.rank + 1) * share]
 
 
 # ---------------------------------------------------------------- the loop
@@ -312,92 +330,66 @@ def train(
     report: Callable[[Report], None] = lambda r: None,
     *,
     resume: str | None = None,
+    restart: bool = False,
+    force: bool = False,
 ) -> TrainResult:
-    """Train a model as `cfg` says; return where it stopped. Raises Interrupted on a signal."""
+    """Train as `cfg` says; return where it stopped. Raises Interrupted on a signal.
+
+    Continues from `resume`, else from the newest checkpoint in OUT, unless `restart`.
+    """
     device = pick_device(cfg.device)
     if device.type == "cpu":
         use_cores(cfg.threads)
-    ddp = init_distributed(device)
+    check_inputs(cfg, force)  # before OUT is touched: a mistake there writes nothing
+    group = start_process_group(device)
+    run = RunDir.open(cfg.out, writer=group.is_main, force=force)
     try:
-        return _train(cfg, report, resume, device, ddp)
+        return _train(cfg, report, resume, restart, group, run)
     finally:
-        if ddp.world > 1:
-            dist.destroy_process_group()
+        run.close()
+        group.stop()
 
 
 def _train(
-    cfg: TrainConfig, report, resume: str | None, device: torch.device, ddp: Dist
+    cfg: TrainConfig,
+    report,
+    resume_from: str | None,
+    restart: bool,
+    group: ProcessGroup,
+    run: RunDir,
 ) -> TrainResult:
-    say = report if ddp.is_main else (lambda r: None)
-    out = Path(cfg.out)
+    say = report if group.is_main else (lambda r: None)
+    device = group.device
+    precision = Precision(device, cfg.precision)
+    group.barrier()  # rank 0 has cleaned what a killed run left in OUT
+    checkpoint = resume_point(run.path, resume_from, restart)
+    if restart and group.is_main and (removed := run.clear()):
+        say(Message(f"--restart: removed {', '.join(removed)} from {run.path}"))
+    group.barrier()
+
+    # model and tokenizer: a checkpoint of this run, a model to fine-tune, or new
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-
-    # a corpus mistake (missing file, misaligned lines, bad UTF-8) should stop the run before
-    # minutes go into training a tokenizer on it
-    for src, tgt in ((cfg.src, cfg.tgt), (cfg.valid_src, cfg.valid_tgt)):
-        if src:
-            check_parallel(src, tgt or None)
-
-    # tokenizer, model, optimizer: fresh or restored
-    state = None
-    if resume:
-        loaded = load_model(resume)
-        state = load_trainer_state(resume)
-        tokenizer, model = loaded.tokenizer, loaded.model
-        tok_dir = loaded.path
-        model_cfg = model.cfg
-        say(Message(f"resuming from {resume} at step {state['step']}"))
+    if checkpoint is not None:
+        start = continue_run(checkpoint, cfg, say)
+    elif cfg.init:
+        start = start_from_model(cfg)
     else:
-        tok_dir = prepare_tokenizer(cfg, ddp)
-        tokenizer = Tokenizer.load(tok_dir)
-        model_cfg = build_model_config(cfg, tokenizer)
-        model = Seq2Seq(model_cfg)
+        start = start_new(cfg, group)
+    model, tokenizer, state = start.model, start.tokenizer, start.state
     model.to(device).train()
-    say(
-        Message(
-            f"model: {model.num_parameters():,} parameters, {ddp.world} process(es), device {device}"
-        )
-    )
+    say(Message(f"config: {json.dumps(to_dict(cfg), ensure_ascii=False)}"))
+    if group.world > 1 and state is None:
+        torch.manual_seed(cfg.seed + group.rank)  # the same init everywhere, own dropout masks
+    say(Message(f"model: {model.num_parameters():,} parameters, {group.world} process(es), "
+                f"device {device}, {precision.name}"))  # fmt: skip
 
+    # data
     train_set = load_pairs(cfg.src, cfg.tgt, tokenizer, cfg)
     say(Message(f"train {cfg.src}: {train_set.stats.summary()}"))
     if len(train_set) == 0:
         raise UserError(f"{cfg.src}: no usable training pairs")
-
-    optimizer = make_optimizer(model.parameters(), cfg, lr_at(1, cfg, model_cfg.d_model))
-    step, epoch, batch_pos = 0, 0, 0
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        step, epoch, batch_pos = state["step"], state["epoch"], state["batch_pos"]
-        set_rng_state(state["rng"])
-    net = torch.nn.parallel.DistributedDataParallel(model) if ddp.world > 1 else model
-
-    def save(path: Path, with_state: bool, extra: dict | None = None) -> None:
-        trainer_state = None
-        if with_state:
-            trainer_state = {
-                "optimizer": optimizer.state_dict(),
-                "step": step,
-                "epoch": epoch,
-                "batch_pos": batch_pos,
-                "best": validate.best if validate else None,
-                "bad_valids": validate.bad if validate else 0,
-                "rng": rng_state(),
-            }
-        save_model(
-            model,
-            path,
-            SaveRequest(
-                tokenizer_dir=tok_dir,
-                src_lang=cfg.src_lang,
-                tgt_lang=cfg.tgt_lang,
-                extra={"step": step, "train": _train_config_record(cfg), **(extra or {})},
-                trainer_state=trainer_state,
-            ),
-        )
-
-    validate = None
+    validator = None
     if cfg.valid_src:
         valid_set = load_pairs(cfg.valid_src, cfg.valid_tgt, tokenizer, cfg)
         say(Message(f"valid {cfg.valid_src}: {valid_set.stats.summary()}"))
@@ -406,88 +398,193 @@ def _train(
                 read_corpus(cfg.valid_src, cfg.valid_tgt or None), cfg.valid_bleu_lines
             )
         )
-        validate = Validator(
-            model, tokenizer, valid_set,
-            sources=[src for _, src, _ in shown], references=[tgt for _, _, tgt in shown],
-            cfg=cfg, device=device, save=save, say=say,
+        validator = Validator(
+            model, tokenizer, valid_set, sources=[s for _, s, _ in shown],
+            references=[t for _, _, t in shown], tgt_lang=cfg.tgt_lang, max_tokens=cfg.max_tokens,
+            device=device, autocast=precision.autocast, say=say,
         )  # fmt: skip
-        if state is not None:
-            validate.best, validate.bad = state.get("best"), state.get("bad_valids", 0)
 
-    result = TrainResult(step=step, best=None, out=out)
-    start = time.monotonic()
-    window_tokens, window_start = 0.0, start
+    # optimizer and where the run stands: restored from the checkpoint, or at the start
+    optimizer = make_optimizer(model.parameters(), cfg, lr_at(1, cfg, model.cfg.d_model))
+    step, epoch, batch_pos, elapsed = 0, 0, 0, 0.0
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        if precision.scaler is not None and state.get("scaler"):
+            precision.scaler.load_state_dict(state["scaler"])
+        step, epoch, batch_pos = state["step"], state["epoch"], state["batch_pos"]
+        elapsed = state.get("elapsed", 0.0)
+        _restore_rng(state["rng"], group, say)
+        if validator is not None:
+            validator.best, validator.bad = state.get("best"), state.get("bad_valids", 0)
+    net = torch.nn.parallel.DistributedDataParallel(model) if group.world > 1 else model
+    result = TrainResult(step=step, best=validator.best if validator else None, out=run.path)
+    if spent := _budget_spent(cfg, step, epoch, elapsed, 0):
+        say(Message(f"nothing to do: {checkpoint} is at step {step}, and {spent}"))
+        return result
+    if group.is_main:
+        run.start_metrics(cfg.tensorboard, resumed_at=step if checkpoint is not None else None)
+
+    def save(names: list[str]) -> None:
+        """A resumable checkpoint of this moment under `names` (collective: every rank's RNG)."""
+        rngs = group.gather(rng_state(device))
+        if not group.is_main:
+            return
+        trainer_state = {
+            "optimizer": optimizer.state_dict(), "step": step, "epoch": epoch,
+            "batch_pos": batch_pos, "elapsed": time.monotonic() - clock_start, "rng": rngs,
+            "best": validator.best if validator else None,
+            "bad_valids": validator.bad if validator else 0,
+            "scaler": precision.scaler.state_dict() if precision.scaler else None,
+        }  # fmt: skip
+        extra = {"step": step, "train": _train_config_record(cfg)}
+        if last_valid is not None:
+            extra["valid"] = {"loss": last_valid.loss, "bleu": last_valid.bleu}
+        request = SaveRequest(
+            tokenizer_dir=start.tokenizer_dir, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang,
+            extra=extra, trainer_state=trainer_state,
+        )  # fmt: skip
+        run.checkpoint(
+            lambda d: write_model_dir(model, d, request), names, keep=cfg.keep, step=step
+        )
+        run.sync_metrics()
+
+    def validate() -> bool:
+        """Validate on rank 0; True there when this is the best model so far."""
+        nonlocal last_valid
+        policy.validated_at = step
+        if not group.is_main:
+            return False
+        last_valid = validator(step)
+        run.record(last_valid)
+        return last_valid.is_best
+
+    def after_step(epochs_done: bool) -> bool:
+        """Validate and checkpoint as due; True when the run ends at this step."""
+        now = time.monotonic()
+        improved = bad_valids = 0
+        if validator is not None and step % cfg.valid_every == 0 and policy.validated_at != step:
+            improved = validate()
+            bad_valids = int(group.sum(validator.bad if group.is_main else 0))  # for patience
+        spent = epochs_done or _budget_spent(cfg, step, epoch, now - clock_start, bad_valids)
+        ending = group.any(stop.signum is not None or bool(spent))
+        if ending and validator is not None and stop.signum is None and policy.validated_at != step:
+            improved = validate()  # the model the run ends with is validated too
+        names = policy.names(step, bool(improved), ending=ending, now=now)
+        if group.any(bool(names)):
+            save(names)
+            policy.saved(step, now)
+        return ending
+
+    # the loop, in nanoGPT's order: lr, forward, loss, backward, clip, step; log; validate, save
+    policy = CheckpointPolicy(cfg)
+    clock_start = time.monotonic() - elapsed  # max_time counts the time of every resume too
+    window_tokens, window_start = 0.0, time.monotonic()
+    last_valid: ValidReport | None = None
     with StopFlag() as stop:
-        while cfg.max_epochs == 0 or epoch < cfg.max_epochs:
+        ended = False
+        while not ended and (cfg.max_epochs == 0 or epoch < cfg.max_epochs):
             seen = epoch_corpus(train_set, tokenizer, cfg, epoch)
-            batches = epoch_batches(seen, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=epoch)
-            # an equal share per rank, or DDP's collective calls would fall out of step
-            share = len(batches) // ddp.world
-            mine = batches[ddp.rank * share : (ddp.rank + 1) * share]
-            while batch_pos + cfg.accum <= len(mine) or (batch_pos < len(mine) and ddp.world == 1):
-                group = mine[batch_pos : batch_pos + cfg.accum]
-                lr = lr_at(step + 1, cfg, model_cfg.d_model)
+            mine = my_share(
+                epoch_batches(seen, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=epoch), group
+            )
+            # full groups of `accum` batches; alone, a last partial group still counts
+            while not ended and (
+                batch_pos + cfg.accum <= len(mine) or (batch_pos < len(mine) and group.world == 1)
+            ):
+                batches = mine[batch_pos : batch_pos + cfg.accum]
+                lr = lr_at(step + 1, cfg, model.cfg.d_model)
                 for g in optimizer.param_groups:
                     g["lr"] = lr
-                loss_sum, n_tokens = _accumulate(net, seen, group, cfg, device)
-                if cfg.clip_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                loss_sum, n_tokens = _accumulate(net, seen, batches, cfg, precision, device)
+                precision.step(optimizer, model.parameters(), cfg.clip_norm)
                 step += 1
-                batch_pos += len(group)
+                batch_pos += len(batches)
                 loss = loss_sum / max(n_tokens, 1)
                 result.losses.append(loss)
                 window_tokens += n_tokens
-
-                now = time.monotonic()
-                if ddp.is_main and (step % cfg.log_every == 0 or step == 1):
-                    rate = ddp.world * window_tokens / max(now - window_start, 1e-9)
+                if step % cfg.log_every == 0 or step == 1:
+                    now = time.monotonic()
+                    rate = group.world * window_tokens / max(now - window_start, 1e-9)
                     window_tokens, window_start = 0.0, now
                     fraction = _fraction_done(
-                        cfg, step, epoch + batch_pos / max(len(mine), 1), now - start
+                        cfg, step, epoch + batch_pos / max(len(mine), 1), now - clock_start
                     )
-                    say(StepReport(step, epoch + 1, loss, lr, rate, now - start, fraction))
-
-                bad_valids = 0
-                if validate is not None and step % cfg.valid_every == 0:
-                    if ddp.is_main:
-                        validate(step)
-                    bad_valids = int(ddp.sum(validate.bad if ddp.is_main else 0))  # for patience
-                out_of_budget = (
-                    (cfg.max_steps and step >= cfg.max_steps)
-                    or (cfg.max_time and now - start >= cfg.max_time * 60)
-                    or (cfg.patience and bad_valids >= cfg.patience)
-                )
-                if ddp.any(stop.signum is not None or bool(out_of_budget)):
-                    break
-            else:
+                    step_report = StepReport(step, epoch + 1, loss, lr, rate, now - clock_start, fraction)  # fmt: skip
+                    say(step_report)
+                    run.record(step_report)
+                ended = after_step(epochs_done=False)
+            if not ended:
                 epoch, batch_pos = epoch + 1, 0
-                continue
-            break  # inner loop broke: stop training
-
-        # the end (budget, patience, epochs or a signal): validate what was not yet validated,
-        # then always leave a resumable `last`
-        if ddp.is_main:
-            if validate is not None and stop.signum is None and step % cfg.valid_every:
-                validate(step)
-            save(out / "last", with_state=True)
-        ddp.barrier()
-        result.step, result.best = step, validate.best if validate else None
+        if not ended:  # max_epochs reached
+            after_step(epochs_done=True)
+        group.barrier()
+        result.step, result.best = step, validator.best if validator else None
         if stop.signum is not None:
             code = 130 if stop.signum == signal.SIGINT else 143
             raise Interrupted(
-                f"interrupted at step {step}; saved {out / 'last'}. Resume with: "
-                f"mtcli train ... --resume {out / 'last'}",
+                f"interrupted at step {step}; saved {run.path / 'last'}. Run the same command "
+                "again to continue.",
                 code,
             )
-    if validate is None and ddp.is_main:
-        save(out / "best", with_state=False)  # nothing to select by: the final model is the best
     return result
 
 
+@dataclass
+class CheckpointPolicy:
+    """When a checkpoint is written, and under which names.
+
+    step-N every `checkpoint_every` steps (kept: the newest `keep`), best when validation
+    improves, and last with every checkpoint, at the end, and at least every
+    `save_every_minutes` (so a crash loses at most that much work).
+    """
+
+    cfg: TrainConfig
+    last_save: float = field(default_factory=time.monotonic)
+    saved_at: int = -1  # step of the newest checkpoint
+    validated_at: int = -1  # step of the newest validation
+
+    def names(self, step: int, improved: bool, *, ending: bool, now: float) -> list[str]:
+        if step == self.saved_at:
+            return []
+        cfg, names = self.cfg, []
+        if step % cfg.checkpoint_every == 0 and cfg.keep > 0:
+            names.append(f"step-{step}")
+        if improved or (ending and not cfg.valid_src):  # nothing to select by: the final model
+            names.append("best")
+        minutes = cfg.save_every_minutes
+        if names or ending or (minutes and now - self.last_save >= minutes * 60):
+            names.append("last")
+        return names
+
+    def saved(self, step: int, now: float) -> None:
+        self.saved_at, self.last_save = step, now
+
+
+def _restore_rng(states, group: ProcessGroup, say) -> None:
+    """Each rank takes its own saved random state; a different number of ranks re-seeds."""
+    states = [states] if isinstance(states, dict) else states  # mtcli 0.1 saved one
+    if len(states) == group.world:
+        set_rng_state(states[group.rank], group.device)
+    else:
+        say(Message(f"the checkpoint was saved by {len(states)} process(es), not {group.world}: "
+                    "random state re-seeded, so dropout masks differ from the first run"))  # fmt: skip
+
+
+def _budget_spent(cfg: TrainConfig, step: int, epoch: int, elapsed: float, bad_valids: int) -> str:
+    """Why the run must stop now (empty: it may go on)."""
+    if cfg.max_steps and step >= cfg.max_steps:
+        return f"max_steps is {cfg.max_steps}"
+    if cfg.max_epochs and epoch >= cfg.max_epochs:
+        return f"max_epochs is {cfg.max_epochs}"
+    if cfg.max_time and elapsed >= cfg.max_time * 60:
+        return f"max_time ({cfg.max_time:g} min) is spent"
+    if cfg.patience and bad_valids >= cfg.patience:
+        return f"patience ({cfg.patience}) ran out"
+    return ""
+
+
 def _accumulate(
-    net, corpus: Corpus, group: list[list[int]], cfg: TrainConfig, device
+    net, corpus: Corpus, group: list[list[int]], cfg: TrainConfig, precision: Precision, device
 ) -> tuple[float, int]:
     """Forward and backward over `accum` batches; gradients are per target token of the group."""
     batches = [collate(corpus, indices) for indices in group]
@@ -495,48 +592,12 @@ def _accumulate(
     loss_sum = 0.0
     for batch in batches:
         batch = batch.to(device)
-        with autocast(device, cfg.precision):
+        with precision.autocast():
             logits = net(batch.src_ids, batch.tgt_in)  # (B, T, V)
         loss = smoothed_loss(logits, batch.tgt_out, cfg.label_smoothing)
-        (loss / n_tokens).backward()
+        precision.backward(loss / n_tokens)
         loss_sum += loss.item()
     return loss_sum, n_tokens
-
-
-@dataclass
-class Validator:
-    """Scores the model every `valid_every` steps and keeps best/, step-N/ and the patience count."""
-
-    model: Seq2Seq
-    tokenizer: Tokenizer
-    corpus: Corpus
-    sources: list[str]  # the first valid_bleu_lines lines, translated for BLEU
-    references: list[str]
-    cfg: TrainConfig
-    device: torch.device
-    save: Callable[..., None]
-    say: Callable[[Report], None]
-    best: list[float] | None = None  # [BLEU, -loss] of the best validation so far
-    bad: int = 0  # validations since the last improvement
-
-    def __call__(self, step: int) -> None:
-        loss = validate_loss(self.model, self.corpus, self.cfg, self.device)
-        score = None
-        if self.cfg.valid_bleu_lines and self.sources:
-            score = validate_bleu(
-                self.model, self.tokenizer, self.sources, self.references, self.cfg, self.device
-            )
-        # BLEU first; the loss breaks ties (BLEU saturates on easy sets long before the loss does)
-        metric = [score if score is not None else 0.0, -loss]
-        improved = self.best is None or metric > list(self.best)
-        self.best, self.bad = (metric, 0) if improved else (self.best, self.bad + 1)
-        self.say(ValidReport(step, loss, score, improved))
-        extra = {"valid": {"loss": loss, "bleu": score}}
-        out = Path(self.cfg.out)
-        self.save(out / f"step-{step}", with_state=False, extra=extra)
-        prune_step_dirs(out, self.cfg.keep)
-        if improved:
-            self.save(out / "best", with_state=False, extra=extra)
 
 
 def _fraction_done(cfg: TrainConfig, step: int, epochs_done: float, elapsed: float) -> float | None:
@@ -554,8 +615,3 @@ def _train_config_record(cfg: TrainConfig) -> dict:
     record = to_dict(cfg)
     record.pop("model", None)  # the model config is stored on its own
     return record
-
-
-def resume_config(path: str) -> dict:
-    """The training config recorded in a checkpoint, to rebuild a run from `--resume` alone."""
-    return read_config(path).get("train", {})

@@ -6,8 +6,6 @@ Prints nothing itself; warnings go to a callback the caller supplies.
 from __future__ import annotations
 
 import itertools
-import os
-import select
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -18,7 +16,6 @@ from mtcli.attention import align_words
 from mtcli.config import DecodeConfig
 from mtcli.data import pad, padding_mask
 from mtcli.decode import Hypothesis, beam_search, greedy
-from mtcli.errors import UserError
 from mtcli.model import Seq2Seq
 from mtcli.tokenizer import EOS_ID, Tokenizer
 
@@ -157,40 +154,3 @@ def _as_chunks(lines, size: int) -> Iterator[list[str]]:
             yield from chunk
         else:
             yield [line.rstrip("\r\n") for line in chunk]
-
-
-def read_chunks(fd: int, max_lines: int, name: str = "stdin") -> Iterator[list[str]]:
-    """Lines from a file descriptor in chunks of at most `max_lines`.
-
-    A chunk also ends when no more input is ready right now, so a slow producer
-    (`tail -f log | mtcli translate`) sees each line translated as soon as it arrives,
-    while a fast one still gets full, well-sorted batches.
-    """
-    pending = b""
-    lines: list[str] = []
-    line_no = 0
-    while True:
-        if lines and (len(lines) >= max_lines or not select.select([fd], [], [], 0)[0]):
-            yield lines
-            lines = []
-        data = os.read(fd, 1 << 16)
-        if not data:
-            break
-        *complete, pending = (pending + data).split(b"\n")
-        for raw in complete:
-            line_no += 1
-            lines.append(_decode(raw, name, line_no))
-        while len(lines) > max_lines:
-            yield lines[:max_lines]
-            lines = lines[max_lines:]
-    if pending:
-        lines.append(_decode(pending, name, line_no + 1))
-    if lines:
-        yield lines
-
-
-def _decode(raw: bytes, name: str, line_no: int) -> str:
-    try:
-        return raw.decode("utf-8").rstrip("\r")
-    except UnicodeDecodeError:
-        raise UserError(f"{name}:{line_no}: invalid UTF-8") from None

@@ -44,18 +44,31 @@ ZH_LINES = [
 ] * 4
 
 
+@pytest.fixture(autouse=True)
+def download_cache(tmp_path, monkeypatch) -> Path:
+    """Downloads go to a folder of the test's own, never to the user's ~/.cache."""
+    monkeypatch.setenv("MTCLI_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
 def write_lines(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
 
 
-def run_mtcli(*args: str, input: str | None = None, timeout: float = 300, env: dict | None = None):
-    """Run the real `mtcli` entry point in a subprocess."""
+def run_mtcli(
+    *args: str,
+    input: str | bytes | None = None,
+    timeout: float = 300,
+    env: dict | None = None,
+    binary: bool = False,
+):
+    """Run the real `mtcli` entry point in a subprocess (text, or bytes with `binary`)."""
     return subprocess.run(
         [sys.executable, "-m", "mtcli", *args],
         input=input,
         capture_output=True,
-        text=True,
+        text=not binary,
         timeout=timeout,
         cwd=REPO,
         env={**os.environ, "NO_COLOR": "1", **(env or {})},
@@ -120,6 +133,7 @@ def copy_train_config(tmp: Path, tok_dir: Path, **overrides) -> TrainConfig:
         tokenizer=str(tok_dir),
         out=str(tmp / "run"),
         max_tokens=2048,
+        max_len=32,  # within the tiny model's 64 positions
         max_steps=300,
         lr_factor=0.15,
         warmup=30,

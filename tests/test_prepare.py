@@ -86,12 +86,17 @@ def served(monkeypatch):
     server.close()
 
 
-def test_download_prepare_end_to_end(tmp_path, served):
-    """Downloads over HTTP, verifies, converts to Simplified, splits, writes the manifest."""
+def test_download_prepare_end_to_end(tmp_path, served, download_cache):
+    """Downloads over HTTP into the cache, verifies, converts to Simplified, splits, writes the manifest."""
     opts = P.PrepareOptions(n_test=4, n_valid=4)
     manifest = P.prepare("tatoeba-en-zh", tmp_path / "out", opts)
     out = tmp_path / "out"
-    assert (out / "raw" / "cmn-eng.zip").is_file() and not list(out.glob("raw/*.part"))
+    cached = download_cache / "downloads" / "tatoeba-en-zh"
+    assert (cached / "cmn-eng.zip").is_file() and not list(cached.glob("*.part"))
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        *(f"{s}.{e}" for s in ("test", "train", "valid") for e in ("attr", "src", "tgt")),
+    ]
     assert manifest["dropped"] == {"duplicate": 1}  # "We talk." twice once 們/說 become 们/说
     assert sum(manifest["counts"].values()) == len(ROWS) - 1
     all_tgt = "".join((out / f"{s}.tgt").read_text() for s in ("train", "valid", "test"))

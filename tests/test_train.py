@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -21,7 +22,8 @@ from mtcli.data import pad, padding_mask
 from mtcli.decode import greedy
 from mtcli.errors import UserError
 from mtcli.tokenizer import EOS_ID
-from mtcli.train import lr_at, smoothed_loss, train
+from mtcli.train import lr_at, train
+from mtcli.validation import smoothed_loss
 from tests.conftest import REPO, copy_tokenizer, copy_train_config, write_lines
 
 
@@ -72,20 +74,22 @@ def test_copy_task_is_learned_exactly(copy_model_dir, copy_lines):
 
 
 def test_checkpoint_layout(copy_model_dir):
-    """best/ and last/ are self-describing; last/ can resume; only --keep step dirs remain."""
+    """Every checkpoint is resumable; last/ is the newest, written once (hard links); --keep step
+    dirs remain; files are as readable as the umask allows; no temporary names are left."""
     run = copy_model_dir.parent
     names = sorted(p.name for p in run.iterdir())
-    assert names == [
-        "best",
-        "last",
-        "step-100",
-        "step-200",
-        "step-300",
-    ]  # tokenizer given: none trained
-    assert sorted(p.name for p in run.glob("step-*")) == ["step-100", "step-200", "step-300"]
-    assert (run / "last" / "trainer_state.pt").is_file()
-    assert not (run / "best" / "trainer_state.pt").exists()
-    assert not list(run.glob("*.tmp-*")) and not list(run.glob("*.old"))
+    # tokenizer given: none trained; .lock marks a run directory and is never removed
+    assert names == [".lock", "best", "last", "metrics.jsonl", "step-100", "step-200", "step-300"]
+    for name in ("best", "last", "step-100", "step-200", "step-300"):
+        assert (run / name / "trainer_state.pt").is_file(), name
+    weights = [(run / n / "model.safetensors").stat() for n in ("last", "step-300")]
+    assert weights[0].st_ino == weights[1].st_ino  # one file, two names
+    umask = os.umask(0)
+    os.umask(umask)
+    assert weights[0].st_mode & 0o777 == 0o666 & ~umask
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "valid"] == [100, 200, 300]
+    assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 301))
 
 
 @pytest.mark.parametrize("bpe_dropout", [0.0, 0.3])
@@ -191,7 +195,7 @@ def test_sigint_saves_a_resumable_last(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, "".join(seen) + err
-    assert "Traceback" not in err and "--resume" in err
+    assert "Traceback" not in err and "same command again" in err
     loaded = load_model(tmp_path / "run" / "last")
     state = torch.load(tmp_path / "run" / "last" / "trainer_state.pt", weights_only=True)
     assert state["step"] >= 5 and loaded.model.cfg.d_model == 32
@@ -242,18 +246,19 @@ def test_train_flags_override_toml(tmp_path):
     from click.testing import CliRunner
 
     from mtcli.cli import main
-    from mtcli.cli.common import train_config_from
+    from mtcli.cli.train import assemble_config
 
     toml = tmp_path / "run.toml"
     toml.write_text("max_tokens = 1000\nwarmup = 10\n[model]\nd_model = 64\nn_heads = 2\n")
-    cfg = train_config_from(str(toml), {"warmup": 20, "model.n_heads": 4})
+    flags = {"warmup": 20, "n_heads": 4, "out": str(tmp_path / "run")}
+    cfg = assemble_config(str(toml), flags, resume=None, restart=False)
     assert (cfg.max_tokens, cfg.warmup, cfg.model.d_model, cfg.model.n_heads) == (1000, 20, 64, 4)
     toml.write_text("max_tokenz = 3\n")
     src = write_lines(tmp_path / "s", ["a"])
     result = CliRunner().invoke(
         main, ["train", "--config", str(toml), "--src", str(src), "--tgt", str(src)]
     )
-    assert result.exit_code == 2 and f"{toml}: unknown setting(s): max_tokenz" in result.output
+    assert result.exit_code == 2 and f"{toml}: max_tokenz = 3: unknown setting" in result.output
 
 
 def test_patience_stops_early(tmp_path):
@@ -270,7 +275,8 @@ def test_gradient_accumulation_equals_one_big_batch():
     """accum over two batches gives the gradient of their union, normalised per target token."""
     from mtcli.data import Corpus, collate
     from mtcli.model import Seq2Seq
-    from mtcli.train import _accumulate, smoothed_loss
+    from mtcli.train import Precision, _accumulate
+    from mtcli.validation import smoothed_loss
     from tests.conftest import tiny_config
 
     g = torch.Generator().manual_seed(0)
@@ -281,7 +287,8 @@ def test_gradient_accumulation_equals_one_big_batch():
     torch.manual_seed(0)
     model = Seq2Seq(tiny_config())
     cfg = TrainConfig(label_smoothing=0.1)
-    _accumulate(model, corpus, [[0, 1], [2, 3]], cfg, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    _accumulate(model, corpus, [[0, 1], [2, 3]], cfg, Precision(cpu, "fp32"), cpu)
     accumulated = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     batch = collate(corpus, [0, 1, 2, 3])
@@ -305,4 +312,4 @@ def test_tsv_corpus_trains(tmp_path):
         and load_model(tmp_path / "run" / "best").config["valid"]["bleu"] is not None
     )
     with pytest.raises(UserError, match="TSV corpus needs --tokenizer"):
-        train(dataclasses.replace(cfg, src=str(tsv), tgt="", tokenizer=""))
+        train(dataclasses.replace(cfg, src=str(tsv), tgt="", tokenizer="", out=str(tmp_path / "b")))

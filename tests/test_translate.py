@@ -14,7 +14,8 @@ from mtcli.checkpoint import load_model
 from mtcli.cli import main
 from mtcli.config import DecodeConfig
 from mtcli.errors import UserError
-from mtcli.translate import Translator, read_chunks
+from mtcli.textio import read_chunks
+from mtcli.translate import Translator
 from tests.conftest import run_mtcli, write_lines
 
 

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import click
-import torch
 
-from mtcli.attention import Heatmap, render, save_png, select
-from mtcli.checkpoint import load_model
 from mtcli.cli.common import (
     build_decode_config,
+    check_output_file,
     console,
     decode_options,
     default_model_dir,
     runtime_device,
 )
-from mtcli.data import pad, padding_mask
-from mtcli.decode import beam_search
-from mtcli.tokenizer import EOS_ID
 
 
 @click.command("attention")
@@ -33,20 +28,33 @@ from mtcli.tokenizer import EOS_ID
 )
 @click.option("--layer", default=-1, show_default=True, help="Layer index (-1 = last).")
 @click.option("--head", type=int, default=None, help="One head (default: the mean over heads).")
+@click.option("--png", help="Also write the heatmap as a PNG.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --png file.")
 @click.option(
-    "--png", type=click.Path(dir_okay=False, writable=True), help="Also write the heatmap as a PNG."
-)
-@click.option(
-    "--width", default=80, show_default=True, help="Columns the terminal heatmap may use."
+    "--width",
+    default=80,
+    show_default=True,
+    type=click.IntRange(min=20),
+    help="Columns the terminal heatmap may use.",
 )
 @decode_options
 def attention_command(
-    sentence, model, kind, layer, head, png, width, device, threads, **decode
+    sentence, model, kind, layer, head, png, force, width, device, threads, **decode
 ) -> None:
     """Translate SENTENCE and draw its attention (rows attend to columns)."""
     cfg = build_decode_config(**decode)
+    check_output_file(png, "--png", force)
+    model_dir = default_model_dir(model)
+    import torch
+
+    from mtcli.attention import Heatmap, render, save_png, select
+    from mtcli.checkpoint import load_model
+    from mtcli.data import pad, padding_mask
+    from mtcli.decode import beam_search
+    from mtcli.tokenizer import EOS_ID
+
     device = runtime_device(device, threads)
-    loaded = load_model(default_model_dir(model), device)
+    loaded = load_model(model_dir, device)
     tok = loaded.tokenizer
     src_ids = tok.encode_src(sentence)[: loaded.model.cfg.max_positions - 1] + [EOS_ID]
     src = pad([src_ids]).to(device)

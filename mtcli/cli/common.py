@@ -1,30 +1,31 @@
-"""Shared pieces of the command line: the stderr console, error handling, common options.
+"""Shared pieces of the command line: the stderr console, error handling, common options, and
+configs assembled from flags and TOML with every value checked before any work starts.
 
-Owns the stderr console (rich: colour only on a TTY, NO_COLOR respected) and the progress
-bars, and maps errors to one-line messages and exit codes. stdout carries results only.
+Owns the stderr console (rich: colour only on a TTY, NO_COLOR respected) and maps errors to
+one-line messages and exit codes. stdout carries results only. Imports no torch: a mistake
+in the flags is reported in a fraction of a second, and commands import what they need.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import click
-import torch
 from rich.console import Console
 
 from mtcli.config import (
+    ConfigError,
     DecodeConfig,
     ModelConfig,
     TrainConfig,
     from_dict,
     read_toml,
-    to_dict,
-    unknown_keys,
+    why_not,
 )
-from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted, UserError
 
 SHIPPED_MODEL = Path(__file__).resolve().parents[2] / "models" / "en-zh-tiny"
@@ -32,24 +33,66 @@ console = Console(stderr=True, highlight=False)
 
 
 def warn(message: str) -> None:
-    console.print(f"[yellow]warning:[/] {message}")
+    console.print(f"[yellow]warning:[/] {message}", soft_wrap=True)
 
 
 def die(message: str, code: int = 2):
-    console.print(f"[red]Error:[/] {message}", soft_wrap=True)
+    console.print(f"[red]Error:[/] {message}", soft_wrap=True, markup=True, highlight=False)
     sys.exit(code)
 
 
+def _os_error_line(e: OSError) -> tuple[str, int]:
+    """A file system error as one line; the user's (2) when it is about a path they gave."""
+    where = e.filename or ""
+    users = isinstance(
+        e,
+        PermissionError
+        | FileNotFoundError
+        | IsADirectoryError
+        | NotADirectoryError
+        | FileExistsError,
+    )
+    return (f"{where}: {e.strerror}" if where else str(e)), (2 if users else 1)
+
+
 class MtcliGroup(click.Group):
-    """A click group that turns UserError and Interrupted into one stderr line and an exit code."""
+    """A click group that loads each command's module only when it runs, and turns every
+    error into one stderr line and an exit code (2: the user's to fix, 1: not the user's)."""
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy or {}  # command name -> "module:attribute"
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str):
+        if name in self.lazy and name not in self.commands:
+            module, attr = self.lazy[name].split(":")
+            self.add_command(getattr(__import__(module, fromlist=[attr]), attr), name)
+        return super().get_command(ctx, name)
+
+    def main(self, *args, **kwargs):
+        """Click's own errors (a bad flag value, a missing argument) as one line too."""
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            die("aborted", 130)
+        except click.ClickException as e:
+            hint = ""
+            if isinstance(e, click.UsageError) and e.ctx is not None:
+                hint = f" (see '{e.ctx.command_path} -h')"
+            die(_escape(e.format_message()) + hint, e.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except UserError as e:
-            die(str(e), e.exit_code)
+            die(_escape(str(e)), e.exit_code)
         except Interrupted as e:
-            console.print(f"[yellow]{e}[/]", soft_wrap=True)
+            console.print(f"[yellow]{_escape(str(e))}[/]", soft_wrap=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             die("interrupted", 130)
@@ -57,13 +100,28 @@ class MtcliGroup(click.Group):
             # the reader went away (e.g. `| head`): stop quietly, as Unix filters do
             sys.stderr.close()
             os._exit(0)
+        except OSError as e:
+            message, code = _os_error_line(e)
+            die(_escape(message), code)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as e:  # a bug: one line, the traceback only on request
+            if os.environ.get("MTCLI_DEBUG"):
+                traceback.print_exc()
+            die(f"internal error: {type(e).__name__}: {_escape(str(e))} (MTCLI_DEBUG=1 shows where)", 1)  # fmt: skip
+
+
+def _escape(text: str) -> str:
+    """Text shown literally by rich (a path like [x] is not markup)."""
+    return text.replace("[", "\\[")
 
 
 def default_model_dir(model: str | None) -> Path:
     """-m, else $MTCLI_MODEL, else the shipped model."""
     chosen = model or os.environ.get("MTCLI_MODEL") or SHIPPED_MODEL
     path = Path(chosen)
-    if not path.exists():
+    old = path.with_name(path.name + ".old")  # a checkpoint caught mid-swap (files.resolve_dir)
+    if not path.exists() and not old.exists():
         origin = (
             "-m" if model else "$MTCLI_MODEL" if os.environ.get("MTCLI_MODEL") else "shipped model"
         )
@@ -71,115 +129,170 @@ def default_model_dir(model: str | None) -> Path:
     return path
 
 
-DEFAULTS = DecodeConfig()  # one source of truth for the flags' defaults
+def check_output_file(path: str | None, option: str, force: bool) -> None:
+    """An output file that already holds something is the user's: replaced only with --force."""
+    if not path or path == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{option} {path}: is a directory")
+    if p.exists() and p.stat().st_size > 0 and not force:
+        raise UserError(f"{option} {path}: exists; mtcli will not overwrite it (--force to do so)")
+    if not p.parent.is_dir():
+        raise UserError(f"{option} {path}: no such directory {p.parent}")
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UserError(f"{option} {path}: permission denied")
 
 
 def decode_options(func):
-    """The decoding flags shared by translate, eval and attention."""
+    """The decoding flags shared by translate, eval and attention (defaults: DecodeConfig)."""
+    defaults = DecodeConfig()
     options = [
         click.option(
             "--beam-size",
             "-b",
-            default=DEFAULTS.beam_size,
+            type=int,
+            default=defaults.beam_size,
             show_default=True,
             help="Beam width; 1 = greedy.",
-        ),
+        ),  # fmt: skip
         click.option("--greedy", is_flag=True, help="Greedy search (same as --beam-size 1)."),
         click.option(
             "--length-penalty",
-            default=DEFAULTS.length_penalty,
+            type=float,
+            default=defaults.length_penalty,
             show_default=True,
             help="GNMT alpha; 0 = none.",
-        ),
+        ),  # fmt: skip
         click.option(
             "--max-len-a",
-            default=DEFAULTS.max_len_a,
+            type=float,
+            default=defaults.max_len_a,
             show_default=True,
             help="Max output = a * source tokens + b.",
-        ),
-        click.option("--max-len-b", default=DEFAULTS.max_len_b, show_default=True),
+        ),  # fmt: skip
+        click.option("--max-len-b", type=int, default=defaults.max_len_b, show_default=True),
         click.option(
             "--nbest",
-            default=DEFAULTS.nbest,
+            type=int,
+            default=defaults.nbest,
             show_default=True,
             help="Hypotheses kept per line (jsonl shows all).",
-        ),
+        ),  # fmt: skip
         click.option(
             "--batch-tokens",
-            default=DEFAULTS.batch_tokens,
+            type=int,
+            default=defaults.batch_tokens,
             show_default=True,
             help="Padded source tokens x beam per batch.",
-        ),
+        ),  # fmt: skip
         click.option(
             "--device",
             default="auto",
             show_default=True,
             type=click.Choice(["auto", "cpu", "cuda"]),
-        ),
+        ),  # fmt: skip
         click.option(
-            "--threads", default=0, show_default=True, help="CPU threads (0 = all available)."
-        ),
+            "--threads",
+            type=click.IntRange(min=0),
+            default=0,
+            show_default=True,
+            help="CPU threads (0 = all available).",
+        ),  # fmt: skip
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def runtime_device(device: str, threads: int) -> torch.device:
-    """The device to decode on; on CPU, torch gets `threads` (0 = all available cores)."""
+def runtime_device(device: str, threads: int):
+    """The torch device to decode on; on CPU, torch gets `threads` (0 = all available cores)."""
+    from mtcli.device import pick_device, use_cores
+
     chosen = pick_device(device)
     if chosen.type == "cpu":
         use_cores(threads)
     return chosen
 
 
+def flag(key: str) -> str:
+    """The command-line flag of a config field: model.d_model -> --d-model."""
+    return "--" + key.removeprefix("model.").replace("_", "-")
+
+
 def build_decode_config(
     beam_size, greedy, length_penalty, max_len_a, max_len_b, nbest, batch_tokens
 ) -> DecodeConfig:
-    try:
-        return DecodeConfig(
-            beam_size=1 if greedy else beam_size,
-            length_penalty=length_penalty,
-            max_len_a=max_len_a,
-            max_len_b=max_len_b,
-            nbest=1 if greedy else nbest,
-            batch_tokens=batch_tokens,
-        )
-    except ValueError as e:
-        raise UserError(f"bad decoding option: {e}") from None
+    """DecodeConfig from the decoding flags, each value checked (named by its flag)."""
+    values = dict(
+        beam_size=1 if greedy else beam_size, length_penalty=length_penalty,
+        max_len_a=max_len_a, max_len_b=max_len_b, nbest=1 if greedy else nbest,
+        batch_tokens=batch_tokens,
+    )  # fmt: skip
+    layer = Layer(values, lambda key, value: f"{flag(key)} {value}", cls=DecodeConfig)
+    return build_from_layers(DecodeConfig, [layer])
 
 
-def train_config_from(
-    config_path: str | None, overrides: dict, base: dict | None = None
-) -> TrainConfig:
-    """Defaults < `base` (a resumed run's config) < TOML file < flags. Unknown TOML keys are an error."""
-    data: dict = dict(base or {})
-    if config_path:
-        try:
-            data = read_toml(config_path)
-        except (OSError, ValueError) as e:
-            raise UserError(f"{config_path}: cannot read config ({e})") from None
-        bad = unknown_keys(TrainConfig, data)
-        if bad:
-            raise UserError(f"{config_path}: unknown setting(s): {', '.join(bad)}")
-    model = dict(data.get("model", {}))
-    for key, value in overrides.items():
-        if value is None:
-            continue
+# ---------------------------------------------------------------- configs from layers
+class Layer:
+    """One source of settings (defaults of a checkpoint, a TOML file, the flags), flattened
+    to keys like "max_tokens" and "model.d_model", and how to name a key of it in an error."""
+
+    def __init__(
+        self,
+        values: dict,
+        describe: Callable[[str, object], str],
+        *,
+        cls: type = TrainConfig,
+        strict: bool = True,
+    ):
+        self.values, self.describe = {}, describe
+        for key, value in values.items():
+            if key == "model" and isinstance(value, dict):
+                self.values.update({f"model.{k}": v for k, v in value.items()})
+            else:
+                self.values[key] = value
+        # every value judged by config.py's rules; unknown keys refused (or dropped, for a
+        # checkpoint written by another mtcli version)
+        for key, value in list(self.values.items()):
+            owner, name = (ModelConfig, key[6:]) if key.startswith("model.") else (cls, key)
+            if name not in owner.__dataclass_fields__:
+                if strict:
+                    raise UserError(f"{self.describe(key, value)}: unknown setting")
+                del self.values[key]
+            elif why := why_not(owner, name, value):
+                raise UserError(f"{self.describe(key, value)}: {why}")
+
+
+def build_from_layers(cls: type, layers: list[Layer]):
+    """Later layers win; a check across fields (d_model % n_heads) names the layer that set it."""
+    merged: dict = {}
+    origin: dict[str, Layer] = {}
+    for layer in layers:
+        merged.update(layer.values)
+        origin.update(dict.fromkeys(layer.values, layer))
+    nested: dict = {"model": {}} if cls is TrainConfig else {}
+    for key, value in merged.items():
         if key.startswith("model."):
-            model[key[len("model.") :]] = value
+            nested["model"][key[6:]] = value
         else:
-            data[key] = value
-    data["model"] = model
+            nested[key] = value
     try:
-        return from_dict(TrainConfig, {**data, "model": from_dict_model(model)})
-    except (TypeError, ValueError) as e:
-        raise UserError(f"bad training option: {e}") from None
+        return from_dict(cls, nested)
+    except ConfigError as e:
+        who = origin.get(e.key)
+        where = who.describe(e.key, e.value) if who else f"{flag(e.key)} {e.value} (the default)"
+        raise UserError(f"{where}: {e.why}") from None
 
 
-def from_dict_model(model: dict) -> ModelConfig:
-    return from_dict(ModelConfig, model)
-
-
-def echo_config(cfg) -> None:
-    console.print(f"[dim]config: {json.dumps(to_dict(cfg), ensure_ascii=False)}[/]", soft_wrap=True)
+def toml_layer(path: str) -> Layer:
+    """A TOML file of TrainConfig fields; a [model] table for ModelConfig fields."""
+    try:
+        data = read_toml(path)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (OSError, ValueError) as e:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{path}: cannot read config ({e})") from None
+    if "model" in data and not isinstance(data["model"], dict):
+        raise UserError(f"{path}: model = {data['model']!r}: must be a table ([model])")
+    return Layer(data, lambda key, value: f"{path}: {key} = {value!r}")

@@ -35,19 +35,21 @@ def data() -> None:
     "--test-size",
     default=2000,
     show_default=True,
+    type=click.IntRange(min=0),
     help="Pairs in test (corpora without official splits).",
 )
-@click.option("--valid-size", default=1000, show_default=True)
+@click.option("--valid-size", default=1000, show_default=True, type=click.IntRange(min=0))
 @click.option("--seed", default=1234, show_default=True, help="Seed of the train/valid/test split.")
 @click.option(
     "--no-verify", is_flag=True, help="Skip the checksum check (a newer release of the archive)."
 )
+@click.option("--force", is_flag=True, help="Replace an --out that is not a prepared corpus.")
 def prepare_command(
-    name, out, from_dir, zh_script, unicode_form, test_size, valid_size, seed, no_verify
+    name, out, from_dir, zh_script, unicode_form, test_size, valid_size, seed, no_verify, force
 ) -> None:
     """Prepare a corpus: normalise, convert script, dedupe, split, write a manifest."""
     opts = PrepareOptions(
-        from_dir, zh_script, unicode_form, test_size, valid_size, seed, not no_verify
+        from_dir, zh_script, unicode_form, test_size, valid_size, seed, not no_verify, force
     )
     with Progress(
         *Progress.get_default_columns(),
@@ -63,5 +65,7 @@ def prepare_command(
             opts,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )
-    console.print(json.dumps({k: manifest[k] for k in ("counts", "dropped")}), soft_wrap=True)
-    console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json")
+    console.print(
+        json.dumps({k: manifest[k] for k in ("counts", "dropped")}), soft_wrap=True, markup=False
+    )
+    console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json", markup=False)

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import click
-import torch
 from rich.console import Console
 from rich.table import Table
 
-from mtcli.checkpoint import load_model
 from mtcli.cli.common import (
     build_decode_config,
     decode_options,
@@ -19,8 +16,8 @@ from mtcli.cli.common import (
     runtime_device,
     warn,
 )
-from mtcli.data import read_lines
 from mtcli.evaluate import (
+    BLEU_TOKENIZERS,
     MetricOptions,
     Score,
     bleu_tokenizer_for,
@@ -29,27 +26,21 @@ from mtcli.evaluate import (
     confidence,
     score_system,
 )
-from mtcli.translate import Translator
+from mtcli.textio import read_lines
 
 
 def _read(path: str) -> list[str]:
-    if path == "-":
-        return [line.rstrip("\r\n") for line in sys.stdin]
     return list(read_lines(path))
 
 
-def _translate_source(
-    model: str | None, src: str, device: torch.device, decode: dict
-) -> tuple[list[str], str]:
+def _translate_source(model_dir, src: str, device: str, threads: int, cfg) -> tuple[list[str], str]:
     """Translate a source file with a model; also returns the model's target language."""
-    loaded = load_model(default_model_dir(model), device)
-    translator = Translator(
-        loaded.model,
-        loaded.tokenizer,
-        build_decode_config(**decode),
-        device=device,
-        warn=warn,
-    )
+    from mtcli.checkpoint import load_model
+    from mtcli.translate import Translator
+
+    torch_device = runtime_device(device, threads)
+    loaded = load_model(model_dir, torch_device)
+    translator = Translator(loaded.model, loaded.tokenizer, cfg, device=torch_device, warn=warn)
     return [t.text for t in translator.translate_stream(_read(src))], loaded.tgt_lang
 
 
@@ -91,7 +82,11 @@ def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
     help="Model directory (with --src).  [default: $MTCLI_MODEL, then the shipped model]",
 )
 @click.option("--tgt-lang", help="Target language, for the BLEU tokenizer when no model says it.")
-@click.option("--tokenize", help="sacrebleu BLEU tokenizer (default: zh for Chinese, else 13a).")
+@click.option(
+    "--tokenize",
+    type=click.Choice(BLEU_TOKENIZERS),
+    help="sacrebleu BLEU tokenizer (default: zh for Chinese, else 13a).",
+)
 @click.option(
     "--chrf-word-order", default=0, show_default=True, type=click.IntRange(0, 2), help="2 = chrF++."
 )
@@ -104,7 +99,13 @@ def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
 @click.option(
     "--confidence", "with_confidence", is_flag=True, help="Bootstrap 95% intervals for one system."
 )
-@click.option("--bootstrap", default=1000, show_default=True, help="Bootstrap resamples.")
+@click.option(
+    "--bootstrap",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Bootstrap resamples.",
+)
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object on stdout instead of a table."
 )
@@ -131,14 +132,16 @@ def eval_command(
     names = [m.strip() for m in metrics.split(",") if m.strip()]
     if bad := [m for m in names if m not in ("bleu", "chrf", "ter")]:
         raise click.BadParameter(f"unknown metric(s) {', '.join(bad)}", param_hint="--metrics")
+    if list(hyps).count("-") + list(refs).count("-") > 1:
+        raise click.BadParameter("stdin can be read once", param_hint="--hyp/--ref")
+    cfg = build_decode_config(**decode) if src else None
+    model_dir = default_model_dir(model) if src else None
     ref_lines = [_read(r) for r in refs]
     if src:
-        out, model_lang = _translate_source(model, src, runtime_device(device, threads), decode)
-        systems = [(model or os.path.relpath(default_model_dir(None)), out)]
+        out, model_lang = _translate_source(model_dir, src, device, threads, cfg)
+        systems = [(model or os.path.relpath(model_dir), out)]
         tgt_lang = tgt_lang or model_lang
     else:
-        if list(hyps).count("-") > 1:
-            raise click.BadParameter("stdin can be read once", param_hint="--hyp")
         systems = [("stdin" if h == "-" else h, _read(h)) for h in hyps]
     for name, lines in systems:
         check_lengths(lines, ref_lines, name, list(refs))

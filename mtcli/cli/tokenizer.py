@@ -7,6 +7,8 @@ import sys
 import click
 
 from mtcli.cli.common import console
+from mtcli.errors import UserError
+from mtcli.textio import read_lines
 from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 
 
@@ -36,33 +38,44 @@ def tokenizer() -> None:
     help="Sample this many sentences (0 = all).",
 )
 @click.option("--seed", default=1, show_default=True)
-def train(src, tgt, out, vocab_size, joint, character_coverage, input_sentence_size, seed) -> None:
+@click.option("--force", is_flag=True, help="Replace an --out that is not a tokenizer directory.")
+def train(src, tgt, out, vocab_size, joint, character_coverage, input_sentence_size, seed, force) -> None:  # fmt: skip
     """Train sentencepiece BPE on a parallel corpus."""
     opts = TokenizerOptions(vocab_size, joint, character_coverage, input_sentence_size, seed)
     with console.status("training sentencepiece BPE"):
-        tok = train_tokenizer(src, tgt, out, opts)
+        tok = train_tokenizer(src, tgt, out, opts, force=force)
     sizes = (
         f"{tok.src_vocab_size}"
         if tok.joint
         else f"{tok.src_vocab_size} (src) / {tok.tgt_vocab_size} (tgt)"
     )
     console.print(
-        f"wrote {out}: {'joint' if tok.joint else 'separate'} vocabulary of {sizes} pieces"
+        f"wrote {out}: {'joint' if tok.joint else 'separate'} vocabulary of {sizes} pieces",
+        markup=False,
     )
-    with open(src, encoding="utf-8", errors="replace") as f:
-        example = next((line.strip() for line in f if line.strip()), "")
-    console.print(f"example: {example}")
-    console.print(f"pieces:  {' '.join(tok.src_pieces(example))}", soft_wrap=True)
+    example = next((line.strip() for line in read_lines(src) if line.strip()), "")
+    console.print(f"example: {example}", markup=False)
+    console.print(f"pieces:  {' '.join(tok.src_pieces(example))}", soft_wrap=True, markup=False)
+
+
+def _ids(line: str, line_no: int, size: int) -> list[int]:
+    """Whitespace-separated ids, each a piece of the vocabulary."""
+    try:
+        ids = [int(i) for i in line.split()]
+    except ValueError:
+        raise UserError(f"stdin:{line_no}: expected whitespace-separated integer ids") from None
+    if bad := [i for i in ids if not 0 <= i < size]:
+        raise UserError(f"stdin:{line_no}: id {bad[0]} is outside the vocabulary (0..{size - 1})")
+    return ids
 
 
 def _filter(directory: str, side: str, to_text: bool, ids: bool) -> None:
     tok = Tokenizer.load(directory)
     sp = tok.src if side == "src" else tok.tgt
-    for line in sys.stdin:
-        line = line.rstrip("\n")
+    for line_no, line in enumerate(read_lines("-"), 1):
         if to_text:
-            items = line.split()
-            out = sp.decode([int(i) for i in items] if ids else items)
+            items = _ids(line, line_no, sp.get_piece_size()) if ids else line.split()
+            out = sp.decode(items)
         else:
             out = " ".join(map(str, sp.encode(line, out_type=int if ids else str)))
         sys.stdout.write(out + "\n")
@@ -83,9 +96,4 @@ def encode(directory, side, ids) -> None:
 @click.option("--ids", is_flag=True, help="Read ids instead of pieces.")
 def decode(directory, side, ids) -> None:
     """Join pieces (or ids) from stdin back into text, one line out per line in."""
-    try:
-        _filter(directory, side, to_text=True, ids=ids)
-    except ValueError:
-        raise click.BadParameter(
-            "expected whitespace-separated integer ids on stdin", param_hint="--ids"
-        ) from None
+    _filter(directory, side, to_text=True, ids=ids)

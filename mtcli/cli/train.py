@@ -1,14 +1,21 @@
-"""`mtcli train`: flags and TOML into a TrainConfig, progress on stderr, then `train.train`."""
+"""`mtcli train`: flags and TOML into a TrainConfig, progress on stderr, then `train.train`.
+
+Settings come in layers, each checked before any work starts: the defaults, then what the
+run being continued recorded (or the --init model's shape), then --config, then the flags.
+"""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from mtcli.cli.common import console, echo_config, train_config_from
-from mtcli.train import Message, Report, StepReport, ValidReport, resume_config, train
+from mtcli.cli.common import Layer, build_from_layers, console, toml_layer
+from mtcli.config import TrainConfig
+from mtcli.errors import UserError
+from mtcli.reports import Message, Report, StepReport, ValidReport
 
 # flag name -> TrainConfig field ("model." for ModelConfig fields)
 FLAGS = {
@@ -17,14 +24,18 @@ FLAGS = {
     "valid_src": "valid_src",
     "valid_tgt": "valid_tgt",
     "tokenizer": "tokenizer",
+    "init": "init",
     "out": "out",
     "max_tokens": "max_tokens",
     "accum": "accum",
     "max_steps": "max_steps",
     "max_epochs": "max_epochs",
     "max_time": "max_time",
+    "max_len": "max_len",
     "valid_every": "valid_every",
     "valid_bleu_lines": "valid_bleu_lines",
+    "save_every": "save_every",
+    "save_every_minutes": "save_every_minutes",
     "seed": "seed",
     "device": "device",
     "precision": "precision",
@@ -38,6 +49,7 @@ FLAGS = {
     "tgt_lang": "tgt_lang",
     "log_every": "log_every",
     "threads": "threads",
+    "tensorboard": "tensorboard",
     "d_model": "model.d_model",
     "n_heads": "model.n_heads",
     "n_enc_layers": "model.n_enc_layers",
@@ -47,6 +59,7 @@ FLAGS = {
     "pre_norm": "model.pre_norm",
     "activation": "model.activation",
 }
+FLAG_OF = {field: "--" + name.replace("_", "-") for name, field in FLAGS.items()}
 
 
 class ProgressReporter:
@@ -78,7 +91,7 @@ class ProgressReporter:
 
     def __call__(self, report: Report) -> None:
         if isinstance(report, Message):
-            console.print(report.text, soft_wrap=True)
+            console.print(report.text, soft_wrap=True, markup=False)
         elif isinstance(report, StepReport):
             stats = (
                 f"epoch {report.epoch} step {report.step} loss {report.loss:.3f} ppl {report.ppl:.1f} "
@@ -99,6 +112,50 @@ class ProgressReporter:
             )
 
 
+def flag_layer(flags: dict) -> Layer:
+    values = {FLAGS[name]: value for name, value in flags.items() if value is not None}
+    return Layer(values, lambda key, value: f"{FLAG_OF[key]} {value}")
+
+
+def recorded_layer(checkpoint: Path) -> Layer:
+    """What the run being continued was trained with (unknown keys of other versions dropped)."""
+    from mtcli.run_dir import recorded_settings
+
+    train, model = recorded_settings(checkpoint)
+    where = f"{checkpoint}/config.json"
+    return Layer({**train, "model": model}, lambda k, v: f"{where}: {k} = {v!r}", strict=False)
+
+
+def init_layer(init: str) -> Layer:
+    """--init MODEL: its shape and languages are the defaults of the new run."""
+    from mtcli.checkpoint import read_config
+
+    config = read_config(init)
+    langs = {
+        k: config[k]
+        for k in ("src_lang", "tgt_lang")
+        if isinstance(config.get(k), str) and config[k]
+    }
+    where = f"{init}/config.json"
+    return Layer({**langs, "model": config["model"]}, lambda k, v: f"{where}: {k} = {v!r}", strict=False)  # fmt: skip
+
+
+def assemble_config(config_path, flags: dict, resume: str | None, restart: bool) -> TrainConfig:
+    """The run's TrainConfig, on the settings of the checkpoint it would continue from."""
+    from mtcli.run_dir import resume_point
+
+    requested = [toml_layer(config_path)] if config_path else []
+    requested.append(flag_layer(flags))
+    first = build_from_layers(TrainConfig, requested)  # where OUT is, whether --init is set
+    checkpoint = resume_point(first.out, resume, restart)
+    base = []
+    if checkpoint is not None and not config_path:
+        base = [recorded_layer(checkpoint)]  # `mtcli train --out OUT` alone continues OUT
+    elif first.init and checkpoint is None:
+        base = [init_layer(first.init)]
+    return build_from_layers(TrainConfig, base + requested)
+
+
 @click.command("train")
 @click.option(
     "--config",
@@ -111,16 +168,26 @@ class ProgressReporter:
 @click.option("--valid-src", help="Validation source text.")
 @click.option("--valid-tgt", help="Validation target text.")
 @click.option("--tokenizer", help="Tokenizer directory (default: train one into OUT/tokenizer).")
+@click.option("--init", help="Start from this model's weights, shape and tokenizer (fine-tuning).")
 @click.option("--out", help="Output directory for checkpoints.  [default: runs/model]")
-@click.option("--resume", type=click.Path(), help="Continue from a checkpoint (e.g. OUT/last).")
+@click.option("--resume", type=click.Path(), help="Continue from this checkpoint (default: OUT's newest).")  # fmt: skip
+@click.option("--restart", is_flag=True, help="Start over even if OUT holds a run to continue.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Use an --out that is not an mtcli run (nothing there is removed).",
+)
 @click.option("--max-tokens", type=int, help="Padded tokens per batch.  [default: 4096]")
 @click.option("--accum", type=int, help="Batches per optimizer step.  [default: 1]")
 @click.option("--max-steps", type=int, help="Stop after N steps (0 = no limit).")
 @click.option("--max-epochs", type=int, help="Stop after N epochs (0 = no limit).")
 @click.option("--max-time", type=float, help="Wall-clock budget in minutes (0 = no limit).")
+@click.option("--max-len", type=int, help="Drop pairs with more tokens on a side.  [default: 128]")
 @click.option("--valid-every", type=int, help="Steps between validations.  [default: 500]")
+@click.option("--valid-bleu-lines", type=int, help="Validation lines translated for BLEU.  [default: 500]")  # fmt: skip
+@click.option("--save-every", type=int, help="Steps between checkpoints (0 = at every validation).")
 @click.option(
-    "--valid-bleu-lines", type=int, help="Validation lines translated for BLEU.  [default: 500]"
+    "--save-every-minutes", type=float, help="Refresh OUT/last at least this often.  [default: 10]"
 )
 @click.option("--seed", type=int, help="Random seed.  [default: 1]")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), help="[default: auto]")
@@ -135,35 +202,40 @@ class ProgressReporter:
 @click.option("--tgt-lang", help="Target language code.  [default: zh]")
 @click.option("--log-every", type=int, help="Steps between progress reports.  [default: 50]")
 @click.option("--threads", type=int, help="Torch threads (0 = all cores).")
+@click.option(
+    "--tensorboard", help="Also write TensorBoard events here (pip install 'mtcli[tensorboard]')."
+)
 @click.option("--d-model", type=int, help="[default: 256]")
 @click.option("--n-heads", type=int, help="[default: 4]")
 @click.option("--n-enc-layers", type=int, help="[default: 3]")
 @click.option("--n-dec-layers", type=int, help="[default: 3]")
 @click.option("--d-ff", type=int, help="[default: 1024]")
 @click.option("--dropout", type=float, help="[default: 0.1]")
-@click.option(
-    "--pre-norm/--post-norm", default=None, help="LayerNorm placement.  [default: post-norm]"
-)
+@click.option("--pre-norm/--post-norm", default=None, help="LayerNorm placement.  [default: post-norm]")  # fmt: skip
 @click.option("--activation", type=click.Choice(["relu", "gelu"]), help="[default: relu]")
-def train_command(config_path, resume, **flags) -> None:
+def train_command(config_path, resume, restart, force, **flags) -> None:
     """Train a Transformer; checkpoints go to OUT/best, OUT/last and OUT/step-N.
 
     \b
+    Running the same command again continues the run from OUT/last (--restart starts over).
     Several processes or machines: torchrun --nproc_per_node=2 -m mtcli train ...
     """
-    overrides = {FLAGS[name]: value for name, value in flags.items()}
-    base = resume_config(resume) if resume and not config_path else None
-    cfg = train_config_from(config_path, overrides, base=base)
+    if resume and restart:
+        raise click.UsageError("--resume and --restart exclude each other")
+    cfg = assemble_config(config_path, flags, resume, restart)
     if not cfg.src:
-        raise click.UsageError(
+        raise UserError(
             "--src is required (or set src in --config); without --tgt it is a TSV file"
         )
-    echo_config(cfg)
+    from mtcli.train import train  # torch: only once the settings are known to be good
+
     with ProgressReporter() as reporter:
-        result = train(cfg, reporter, resume=resume)
+        result = train(cfg, reporter, resume=resume, restart=restart, force=force)
     best = "no validation"
     if result.best is not None:
         best = f"best validation BLEU {result.best[0]:.2f}, loss {-result.best[1]:.3f}"
     console.print(
-        f"done at step {result.step}; {best}; checkpoints in {result.out}", soft_wrap=True
+        f"done at step {result.step}; {best}; checkpoints in {result.out}",
+        soft_wrap=True,
+        markup=False,
     )

@@ -1,4 +1,4 @@
-"""`mtcli translate` and `mtcli export`."""
+"""`mtcli translate`: lines in, translations out, one output line per input line."""
 
 from __future__ import annotations
 
@@ -7,25 +7,24 @@ import io
 import json
 import os
 import sys
-from pathlib import Path
 
 import click
-import torch
 from rich.progress import MofNCompleteColumn, Progress
 
-from mtcli.checkpoint import export_model, load_model
 from mtcli.cli.common import (
     build_decode_config,
+    check_output_file,
     console,
     decode_options,
     default_model_dir,
     runtime_device,
     warn,
 )
-from mtcli.translate import Translation, Translator, quantize_int8, read_chunks
+from mtcli.textio import read_chunks
 
 
-def format_result(t: Translation, fmt: str) -> str:
+def format_result(t, fmt: str) -> str:
+    """One output line for a translate.Translation."""
     if fmt == "text":
         return t.text
     if fmt == "tsv":
@@ -55,7 +54,8 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
         fd = source.fileno()
     except (OSError, AttributeError, io.UnsupportedOperation):
         return source  # an in-memory stream (tests): plain lines
-    return read_chunks(fd, chunk_lines, getattr(source, "name", "stdin"))
+    name = "stdin" if source is sys.stdin else getattr(source, "name", "stdin")
+    return read_chunks(fd, chunk_lines, name)
 
 
 @click.command("translate")
@@ -70,14 +70,8 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     type=click.File("r", encoding="utf-8"),
     help="Read lines from FILE ('-' = stdin).",
 )
-@click.option(
-    "--output",
-    "-o",
-    "output_file",
-    type=click.File("w", encoding="utf-8", lazy=True),
-    default="-",
-    help="Write to FILE.",
-)
+@click.option("--output", "-o", "output_path", default="-", help="Write to FILE ('-' = stdout).")
+@click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
 @click.option(
     "--format",
     "fmt",
@@ -98,14 +92,30 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
 @decode_options
 def translate_command(
-    text, model, input_file, output_file, fmt, quantize, align, quiet, device, threads, **decode
+    text,
+    model,
+    input_file,
+    output_path,
+    force,
+    fmt,
+    quantize,
+    align,
+    quiet,
+    device,
+    threads,
+    **decode,
 ) -> None:
     """Translate TEXT, or stdin line by line (one output line per input line)."""
     if align and fmt == "text":
         raise click.BadParameter("--align needs --format tsv or jsonl", param_hint="--align")
     cfg = build_decode_config(**decode)
+    check_output_file(output_path, "--output", force)
+    model_dir = default_model_dir(model)
+    from mtcli.checkpoint import load_model  # torch: only once the flags are known to be good
+    from mtcli.translate import Translator, quantize_int8
+
     device = runtime_device(device, threads)
-    loaded = load_model(default_model_dir(model), device)
+    loaded = load_model(model_dir, device)
     net = loaded.model
     if quantize == "int8":
         net = quantize_int8(net)
@@ -118,11 +128,20 @@ def translate_command(
         align=align,
     )
     results = translator.translate_stream(_input_lines(text, input_file, cfg.chunk_lines))
-    with _progress(input_file, quiet) as advance:
+    with _output(output_path) as out, _progress(input_file, quiet) as advance:
         for result in results:
-            output_file.write(format_result(result, fmt) + "\n")
-            output_file.flush()
+            out.write(format_result(result, fmt) + "\n")
+            out.flush()  # a pipeline sees each line as soon as it is translated
             advance()
+
+
+@contextlib.contextmanager
+def _output(path: str):
+    if path == "-":
+        yield sys.stdout
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        yield f
 
 
 @contextlib.contextmanager
@@ -145,20 +164,3 @@ def _progress(input_file, quiet: bool):
     ) as bar:
         task = bar.add_task("translate", total=total)
         yield lambda: bar.advance(task)
-
-
-@click.command("export")
-@click.argument(
-    "checkpoints", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False)
-)
-@click.option("--out", required=True, help="Model directory to write.")
-@click.option(
-    "--fp16/--fp32", default=True, show_default=True, help="Store weights in half precision."
-)
-def export_command(checkpoints, out, fp16) -> None:
-    """Average one or more checkpoints into a compact model directory without trainer state."""
-    export_model(
-        [Path(c) for c in checkpoints], Path(out), torch.float16 if fp16 else torch.float32
-    )
-    precision = "fp16" if fp16 else "fp32"
-    console.print(f"wrote {out} ({precision}, mean of {len(checkpoints)} checkpoint(s))")

@@ -1,0 +1,79 @@
+"""Text in: files and streams read line by line as UTF-8, with errors that name file and line.
+
+Imports only the stdlib, so commands that only read text start fast. Used for corpora, the
+tokenizer's training text, translate's input and eval's hypotheses alike.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from mtcli.errors import UserError
+
+
+def open_binary(path: str | Path) -> BinaryIO:
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a text file") from None
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+
+
+def decode_line(raw: bytes, name: str | Path, line_no: int) -> str:
+    """One line as text without its line ending; invalid UTF-8 names the file, line and byte."""
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{name}:{line_no}: invalid UTF-8 (byte {e.start + 1})") from None
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """Stream the lines of a UTF-8 file without newlines; '-' is stdin."""
+    if str(path) == "-":
+        yield from read_stream(sys.stdin.buffer, "stdin")
+        return
+    with open_binary(path) as f:
+        yield from read_stream(f, path)
+
+
+def read_stream(f: BinaryIO, name: str | Path) -> Iterator[str]:
+    for line_no, raw in enumerate(f, 1):
+        yield decode_line(raw, name, line_no)
+
+
+def read_chunks(fd: int, max_lines: int, name: str = "stdin") -> Iterator[list[str]]:
+    """Lines from a file descriptor in chunks of at most `max_lines`.
+
+    A chunk also ends when no more input is ready right now, so a slow producer
+    (`tail -f log | mtcli translate`) sees each line translated as soon as it arrives,
+    while a fast one still gets full, well-sorted batches.
+    """
+    pending = b""
+    lines: list[str] = []
+    line_no = 0
+    while True:
+        if lines and (len(lines) >= max_lines or not select.select([fd], [], [], 0)[0]):
+            yield lines
+            lines = []
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        *complete, pending = (pending + data).split(b"\n")
+        for raw in complete:
+            line_no += 1
+            lines.append(decode_line(raw, name, line_no))
+        while len(lines) > max_lines:
+            yield lines[:max_lines]
+            lines = lines[max_lines:]
+    if pending:
+        lines.append(decode_line(pending, name, line_no + 1))
+    if lines:
+        yield lines

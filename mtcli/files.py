@@ -118,6 +118,15 @@ def replace_dir(tmp: Path, dst: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def remove_dir(path: Path) -> None:
+    """Delete a directory so that no half-deleted copy is ever seen under its name: it is
+    renamed to a temporary name first (one atomic step), then removed; a kill in between
+    leaves only a leftover that `clean_leftovers` removes."""
+    trash = path.with_name(f"{path.name}.tmp-{os.getpid()}-removed")
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def link_or_copy_dir(src: Path, dst: Path) -> None:
     """Fill `dst` with hard links to the files of `src` (copies where links are not possible).
 

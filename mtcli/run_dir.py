@@ -20,6 +20,7 @@ from mtcli.files import (
     clean_leftovers,
     fsync_path,
     link_or_copy_dir,
+    remove_dir,
     replace_dir,
     resolve_dir,
     temp_dir_beside,
@@ -166,7 +167,7 @@ class RunDir:
         for name in [*OWN, *(p.name for _, p in step_dirs(self.path))]:
             path = self.path / name
             if path.is_dir():
-                shutil.rmtree(path)
+                remove_dir(path)
             elif path.exists():
                 path.unlink()
             else:
@@ -205,7 +206,7 @@ class RunDir:
         """
         done = [p for n, p in step_dirs(self.path) if n <= step]
         for path in done[: max(len(done) - keep, 0)]:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_dir(path)
 
     # ------------------------------------------------------------ metrics
     def start_metrics(self, tensorboard: str, resumed_at: int | None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 from collections.abc import Iterable, Iterator
@@ -140,6 +141,7 @@ class Tokenizer:
         self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor, joint: bool
     ):
         self.src, self.tgt, self.joint = src, tgt, joint
+        self._samplers: dict[str, BpeDropout] = {}  # built on first use of BPE-dropout
         for side, sp in (("source", src), ("target", tgt)):
             ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
             if ids != SPECIAL_IDS:
@@ -173,13 +175,19 @@ class Tokenizer:
     def encode_tgt(self, text: str) -> list[int]:
         return self.tgt.encode(text)
 
-    def sample_src(self, texts: list[str], dropout: float) -> list[list[int]]:
-        """BPE-dropout (Provilkov et al. 2020): each merge is skipped with probability `dropout`,
-        so one word is seen split in several ways. Seeded by `seed_sampling`."""
-        return _sample(self.src, texts, dropout)
+    def sample_src(self, texts: list[str], dropout: float, rng: random.Random) -> list[list[int]]:
+        """Source ids with BPE-dropout (see BpeDropout)."""
+        return self._dropout("src").encode(texts, dropout, rng)
 
-    def sample_tgt(self, texts: list[str], dropout: float) -> list[list[int]]:
-        return _sample(self.tgt, texts, dropout)
+    def sample_tgt(self, texts: list[str], dropout: float, rng: random.Random) -> list[list[int]]:
+        return self._dropout("tgt").encode(texts, dropout, rng)
+
+    def _dropout(self, side: str) -> BpeDropout:
+        if side not in self._samplers:
+            sp = self.src if side == "src" else self.tgt
+            shared = self.joint and self._samplers
+            self._samplers[side] = next(iter(self._samplers.values())) if shared else BpeDropout(sp)
+        return self._samplers[side]
 
     def src_pieces(self, text: str) -> list[str]:
         return self.src.encode(text, out_type=str)
@@ -214,14 +222,73 @@ def read_meta(directory: Path) -> dict:
     return meta
 
 
-def seed_sampling(seed: int) -> None:
-    """Seed sentencepiece's sampler (one process-wide generator), so BPE-dropout repeats exactly."""
-    spm.set_random_generator_seed(seed)
+class BpeDropout:
+    """BPE-dropout (Provilkov et al. 2020) over a sentencepiece BPE model.
 
+    BPE splits a word into characters and repeatedly merges the adjacent pair whose merged
+    piece ranks highest (sentencepiece's score); BPE-dropout skips each candidate merge with
+    probability p, so the same word is seen split in several ways during training. With p = 0
+    this is exactly sentencepiece's own encoding (a test checks every Tatoeba line).
 
-def _sample(sp: spm.SentencePieceProcessor, texts: list[str], dropout: float) -> list[list[int]]:
-    # one thread: the sampler's generator is shared, and threads would take from it in any order
-    return sp.encode(texts, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1)
+    It is written out here, not taken from sentencepiece's sampler, because that sampler draws
+    from a generator it seeds by itself: the same seed gave other splits in another process,
+    and a resumed run could not repeat the epoch it was killed in. Here the caller's seeded
+    `random.Random` decides every drop.
+    """
+
+    def __init__(self, sp: spm.SentencePieceProcessor):
+        self.sp = sp
+        self.rank = {
+            sp.id_to_piece(i): sp.get_score(i)
+            for i in range(sp.get_piece_size())
+            if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))
+        }
+
+    def encode(self, texts: list[str], p: float, rng: random.Random) -> list[list[int]]:
+        return [
+            [
+                self.sp.piece_to_id(piece)
+                for word in self._words(t)
+                for piece in self._merge(word, p, rng)
+            ]  # fmt: skip
+            for t in texts
+        ]
+
+    def _words(self, text: str) -> list[str]:
+        """The normalised text cut into words, each starting with ▁ (sentencepiece's own cut)."""
+        words: list[str] = []
+        for piece in self.sp.encode(text, out_type=str):
+            if piece.startswith("▁") or not words:
+                words.append(piece)
+            else:
+                words[-1] += piece
+        return words
+
+    def _merge(self, word: str, p: float, rng: random.Random) -> list[str]:
+        symbols = list(word)
+        while len(symbols) > 1:
+            best, at = None, -1
+            for i in range(len(symbols) - 1):
+                rank = self.rank.get(symbols[i] + symbols[i + 1])
+                # a candidate that would win is dropped with probability p (one that cannot
+                # win needs no draw: the best of the survivors is the same either way)
+                if (
+                    rank is not None
+                    and (best is None or rank > best)
+                    and not (p and rng.random() < p)
+                ):
+                    best, at = rank, i
+            if at < 0:
+                break
+            symbols[at : at + 2] = [symbols[at] + symbols[at + 1]]
+        # characters outside the vocabulary: a run of them is one <unk>, as in sentencepiece
+        pieces: list[str] = []
+        for s in symbols:
+            if pieces and s not in self.rank and pieces[-1] not in self.rank:
+                pieces[-1] += s
+            else:
+                pieces.append(s)
+        return pieces
 
 
 def _load_processor(path: Path) -> spm.SentencePieceProcessor:

@@ -58,7 +58,7 @@ from mtcli.errors import Interrupted, UserError
 from mtcli.model import Seq2Seq
 from mtcli.reports import Message, Report, StepReport, TrainResult, ValidReport
 from mtcli.run_dir import RunDir, check_run_out, recorded_settings, resume_point
-from mtcli.tokenizer import Tokenizer, TokenizerOptions, seed_sampling, train_tokenizer
+from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from mtcli.validation import Validator, smoothed_loss
 
 # model fields that follow from the tokenizer, not from the user's settings
@@ -150,7 +150,9 @@ class StopFlag:
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            # after a signal the process is on its way out, saved: a second Ctrl-C in its last
+            # moments (interpreter shutdown included) must not end in a traceback
+            signal.signal(sig, signal.SIG_IGN if self.signum is not None else handler)
 
 
 # ---------------------------------------------------------------- setup
@@ -188,11 +190,11 @@ def epoch_corpus(corpus: Corpus, tokenizer: Tokenizer, cfg: TrainConfig, epoch: 
     """
     if cfg.bpe_dropout <= 0:
         return corpus
-    seed_sampling(cfg.seed * 1_000_003 + epoch)
+    rng = random.Random(cfg.seed * 1_000_003 + epoch)
     return resplit(
         corpus,
-        lambda texts: tokenizer.sample_src(texts, cfg.bpe_dropout),
-        lambda texts: tokenizer.sample_tgt(texts, cfg.bpe_dropout),
+        lambda texts: tokenizer.sample_src(texts, cfg.bpe_dropout, rng),
+        lambda texts: tokenizer.sample_tgt(texts, cfg.bpe_dropout, rng),
         max_len=cfg.max_len,
     )
 

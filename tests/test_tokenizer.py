@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import random
+import subprocess
+import sys
+
 import pytest
 
 from mtcli.tokenizer import (
@@ -13,7 +18,7 @@ from mtcli.tokenizer import (
     TokenizerOptions,
     train_tokenizer,
 )
-from tests.conftest import EN_LINES, ZH_LINES
+from tests.conftest import EN_LINES, REPO, TATOEBA, ZH_LINES
 
 
 @pytest.mark.parametrize("joint", [True, False])
@@ -74,3 +79,36 @@ def test_encode_decode_filters(tmp_path, enzh_tokenizer):
     assert len(enc.stdout.splitlines()) == 3
     dec = run_mtcli("tokenizer", "decode", "-t", str(enzh_tokenizer), "--ids", input=enc.stdout)
     assert dec.stdout == text
+
+
+def test_bpe_dropout_at_zero_is_sentencepiece_on_every_tatoeba_line():
+    """With p = 0, our BPE merge loop splits all Tatoeba lines exactly as sentencepiece does."""
+    tok = Tokenizer.load(REPO / "models" / "en-zh-tiny")
+    rng = random.Random(0)
+    for name in ("train.en", "train.zh", "test.en", "test.zh"):
+        lines = (TATOEBA / name).read_text(encoding="utf-8").splitlines()
+        assert tok.sample_src(lines, 0.0, rng) == [tok.encode_src(line) for line in lines], name
+
+
+def test_bpe_dropout_is_seeded_even_across_processes():
+    """The same seed gives the same splits in another process; p > 0 splits finer, and every
+    split decodes back to the text."""
+    script = (
+        "import json, random, sys; from mtcli.tokenizer import Tokenizer; "
+        "tok = Tokenizer.load('models/en-zh-tiny'); "
+        "lines = open(sys.argv[1], encoding='utf-8').read().splitlines()[:300]; "
+        "print(json.dumps(tok.sample_src(lines, 0.3, random.Random(7))))"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", script, str(TATOEBA / "test.en")],
+            capture_output=True, text=True, cwd=REPO, check=True,
+        ).stdout
+        for _ in range(2)
+    ]  # fmt: skip
+    assert runs[0] == runs[1]
+    tok = Tokenizer.load(REPO / "models" / "en-zh-tiny")
+    lines = (TATOEBA / "test.en").read_text(encoding="utf-8").splitlines()[:300]
+    sampled = json.loads(runs[0])
+    assert sum(map(len, sampled)) > 1.1 * sum(len(tok.encode_src(line)) for line in lines)
+    assert [tok.decode_tgt(ids) for ids in sampled] == lines

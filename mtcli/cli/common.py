@@ -9,6 +9,7 @@ in the flags is reported in a fraction of a second, and commands import what the
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -95,6 +96,7 @@ class MtcliGroup(click.Group):
             console.print(f"[yellow]{_escape(str(e))}[/]", soft_wrap=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one while exiting: ignored
             die("interrupted", 130)
         except BrokenPipeError:
             # the reader went away (e.g. `| head`): stop quietly, as Unix filters do

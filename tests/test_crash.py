@@ -165,7 +165,11 @@ def test_metrics_log_is_rewound_on_resume(tmp_path):
         f.write(json.dumps({"kind": "train", "step": 5}) + "\n" + '{"kind": "tra')
     train(dataclasses.replace(cfg, max_steps=6))
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
-    train_steps = [s for s, line in zip(steps, metrics.read_text().splitlines(), strict=True) if '"train"' in line]  # fmt: skip
+    train_steps = [
+        s
+        for s, line in zip(steps, metrics.read_text().splitlines(), strict=True)
+        if '"train"' in line
+    ]
     assert train_steps == [1, 2, 3, 4, 5, 6]
 
 
@@ -208,16 +212,22 @@ def test_init_fine_tunes_from_a_model(tmp_path, copy_model_dir):
     result = train(cfg)
     assert result.step == 3  # a new run: steps count from 0
     tuned, original = load_model(tmp_path / "ft" / "last"), load_model(copy_model_dir)
-    for (name, a), (_, b) in zip(tuned.model.state_dict().items(), original.model.state_dict().items(), strict=True):  # fmt: skip
+    for (name, a), (_, b) in zip(
+        tuned.model.state_dict().items(), original.model.state_dict().items(), strict=True
+    ):
         assert torch.equal(a, b), name  # lr 0: the weights are the model's own
-    assert (tmp_path / "ft" / "last" / "spm.model").read_bytes() == (copy_model_dir / "spm.model").read_bytes()  # fmt: skip
+    assert (tmp_path / "ft" / "last" / "spm.model").read_bytes() == (
+        copy_model_dir / "spm.model"
+    ).read_bytes()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_training_in_each_precision(tmp_path):
     """On a GPU: fp32 and bf16 (fp16 with a scaler where bf16 is missing) train, save and resume."""
     for precision in ("fp32", "bf16"):
-        cfg = _cfg(tmp_path, max_steps=4, device="cuda", precision=precision, out=str(tmp_path / precision))  # fmt: skip
+        cfg = _cfg(
+            tmp_path, max_steps=4, device="cuda", precision=precision, out=str(tmp_path / precision)
+        )
         assert train(cfg).step == 4
         assert train(dataclasses.replace(cfg, max_steps=6)).step == 6
         assert load_trainer_state(tmp_path / precision / "last")["rng"][0]["cuda"].numel() > 0

@@ -36,7 +36,8 @@ from mtcli.config import ModelConfig, TrainConfig  # noqa: E402
 from mtcli.data import collate, epoch_batches, load_corpus, read_parallel  # noqa: E402
 from mtcli.model import Seq2Seq  # noqa: E402
 from mtcli.tokenizer import PAD_ID, TokenizerOptions, train_tokenizer  # noqa: E402
-from mtcli.train import autocast, lr_at, make_optimizer, smoothed_loss, validate_loss  # noqa: E402
+from mtcli.train import Precision, lr_at, make_optimizer  # noqa: E402
+from mtcli.validation import smoothed_loss, validate_loss  # noqa: E402
 
 
 class ReferenceTransformer(nn.Module):
@@ -121,7 +122,7 @@ def time_training(
         for g in optimizer.param_groups:
             g["lr"] = lr_at(i + 1, cfg, model.cfg.d_model)
         batch = collate(corpus, indices)
-        with autocast(device, precision):
+        with Precision(device, precision).autocast():
             logits = model(batch.src_ids, batch.tgt_in)
         loss = smoothed_loss(logits, batch.tgt_out, 0.1) / batch.n_tgt_tokens
         loss.backward()
@@ -175,7 +176,11 @@ def main() -> None:
         results[name] = time_training(model, corpus, batches, cfg, precision, args.warmup_steps)
         results[name]["valid_loss"] = round(
             validate_loss(
-                model, valid, dataclasses.replace(cfg, precision=precision), torch.device("cpu")
+                model,
+                valid,
+                cfg.max_tokens,
+                torch.device("cpu"),
+                Precision(torch.device("cpu"), precision).autocast,
             ),
             4,
         )

@@ -121,8 +121,8 @@ def test_bpe_dropout_resplits_each_epoch_reproducibly(tmp_path):
     """BPE-dropout re-splits the same pairs differently per epoch, identically for the same epoch,
     and every split still decodes to the original text."""
     from mtcli.data import read_corpus
+    from mtcli.run_start import epoch_corpus, load_pairs
     from mtcli.tokenizer import Tokenizer
-    from mtcli.train import epoch_corpus, load_pairs
 
     tok_dir = copy_tokenizer(tmp_path)
     cfg = copy_train_config(tmp_path, tok_dir, bpe_dropout=0.5)

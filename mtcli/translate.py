@@ -30,6 +30,7 @@ class Translation:
     nbest: list[tuple[str, float]] = field(default_factory=list)
     truncated: bool = False
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), with --align
+    passthrough: bool = False  # no model translates this line (no letters): it is left as is
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
@@ -139,18 +140,73 @@ class Translator:
         return align_words(cross, src_pieces, tgt_pieces, tgt_has_spaces=" " in text)
 
     def translate_stream(self, lines: Iterable[str] | Iterable[list[str]]) -> Iterator[Translation]:
-        """Translate lines (or ready-made chunks of lines) and yield results in input order.
-
-        Plain lines are read `chunk_lines` at a time, so memory stays bounded on any input.
-        """
-        for chunk in _as_chunks(lines, self.cfg.chunk_lines):
-            yield from self.translate_chunk(chunk)
+        """Translate lines (or ready-made chunks of lines) and yield results in input order."""
+        return stream(self.translate_chunk, lines, self.cfg.chunk_lines)
 
 
-def _as_chunks(lines, size: int) -> Iterator[list[str]]:
+def stream(
+    translate_chunk: Callable[[list[str]], list[Translation]],
+    lines: Iterable[str] | Iterable[list[str]],
+    chunk_lines: int,
+) -> Iterator[Translation]:
+    """Results in input order, chunk by chunk. Plain lines are read `chunk_lines` at a time
+    (memory stays bounded on any input); chunks a reader made (textio.read_chunks: what a
+    pipe had ready) are translated the moment each one arrives, never held for the next."""
     it = iter(lines)
-    while chunk := list(itertools.islice(it, size)):
-        if isinstance(chunk[0], list):  # already chunked by the reader
-            yield from chunk
-        else:
-            yield [line.rstrip("\r\n") for line in chunk]
+    first = next(it, None)
+    if first is None:
+        return
+    if isinstance(first, list):
+        for chunk in itertools.chain([first], it):
+            yield from translate_chunk(chunk)
+        return
+    it = itertools.chain([first], it)
+    while chunk := list(itertools.islice(it, chunk_lines)):
+        yield from translate_chunk([line.rstrip("\r\n") for line in chunk])
+
+
+class Router:
+    """Each line to the translator for its source language, in one pass that keeps order.
+
+    `language_of(line)` names the language (None: no letters, the line passes through);
+    `translator_for(language)` gives a translator, or None when no model translates it (the
+    line passes through, and `warn` says so once). Translators are asked for only when a line
+    needs them, so a pipeline of English never loads the Chinese model.
+    """
+
+    def __init__(
+        self,
+        language_of: Callable[[str], str | None],
+        translator_for: Callable[[str], Translator | None],
+        chunk_lines: int,
+        warn: Callable[[str], None] = lambda message: None,
+    ):
+        self.language_of, self.translator_for = language_of, translator_for
+        self.chunk_lines, self.warn = chunk_lines, warn
+        self._translators: dict[str, Translator | None] = {}
+
+    def translate_chunk(self, lines: list[str]) -> list[Translation]:
+        results = [Translation(line, line, 0.0, passthrough=True) for line in lines]
+        groups: dict[str, list[int]] = {}
+        for i, line in enumerate(lines):
+            if not line.strip():
+                results[i] = Translation(line, "", 0.0)
+            elif (language := self.language_of(line)) is not None:
+                groups.setdefault(language, []).append(i)
+        for language, rows in groups.items():
+            translator = self._translator(language)
+            if translator is not None:
+                translated = translator.translate_chunk([lines[i] for i in rows])
+                for i, result in zip(rows, translated, strict=True):
+                    results[i] = result
+        return results
+
+    def _translator(self, language: str) -> Translator | None:
+        if language not in self._translators:
+            self._translators[language] = self.translator_for(language)
+            if self._translators[language] is None:
+                self.warn(f"no installed model translates from {language}: such lines pass through")
+        return self._translators[language]
+
+    def translate_stream(self, lines: Iterable[str] | Iterable[list[str]]) -> Iterator[Translation]:
+        return stream(self.translate_chunk, lines, self.chunk_lines)

@@ -19,6 +19,7 @@ COMMANDS = {
     "data": "mtcli.cli.data:data",
     "export": "mtcli.cli.export:export_command",
     "attention": "mtcli.cli.attention:attention_command",
+    "models": "mtcli.cli.models:models_command",
 }
 
 HELP = """Neural machine translation from the command line.
@@ -32,8 +33,10 @@ A whole pipeline, from corpus to scores:
   mtcli eval --hyp hyp.txt --ref data/tatoeba/test.tgt --tgt-lang zh
 
 \b
-With the shipped English->Chinese model:
+With the shipped models (English->Chinese and Chinese->English, chosen by the script):
   mtcli translate "Why do we work?"
+  mtcli translate "我们为什么工作？"
+  mtcli models
 """
 
 

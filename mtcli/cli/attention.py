@@ -9,16 +9,14 @@ from mtcli.cli.common import (
     check_output_file,
     console,
     decode_options,
-    default_model_dir,
+    model_for_text,
     runtime_device,
 )
 
 
 @click.command("attention")
 @click.argument("sentence")
-@click.option(
-    "--model", "-m", help="Model directory.  [default: $MTCLI_MODEL, then the shipped model]"
-)
+@click.option("--model", "-m", help="Model name or directory.  [default: by the sentence's script]")
 @click.option(
     "--kind",
     type=click.Choice(["cross", "encoder", "decoder"]),
@@ -44,7 +42,7 @@ def attention_command(
     """Translate SENTENCE and draw its attention (rows attend to columns)."""
     cfg = build_decode_config(**decode)
     check_output_file(png, "--png", force)
-    model_dir = default_model_dir(model)
+    model_dir = model_for_text(model, [sentence])
     import torch
 
     from mtcli.attention import Heatmap, render, save_png, select

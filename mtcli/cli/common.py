@@ -29,7 +29,6 @@ from mtcli.config import (
 )
 from mtcli.errors import Interrupted, UserError
 
-SHIPPED_MODEL = Path(__file__).resolve().parents[2] / "models" / "en-zh-tiny"
 console = Console(stderr=True, highlight=False)
 
 
@@ -118,17 +117,38 @@ def _escape(text: str) -> str:
     return text.replace("[", "\\[")
 
 
-def default_model_dir(model: str | None) -> Path:
-    """-m, else $MTCLI_MODEL, else the shipped model."""
-    chosen = model or os.environ.get("MTCLI_MODEL") or SHIPPED_MODEL
-    path = Path(chosen)
-    old = path.with_name(path.name + ".old")  # a checkpoint caught mid-swap (files.resolve_dir)
-    if not path.exists() and not old.exists():
-        origin = (
-            "-m" if model else "$MTCLI_MODEL" if os.environ.get("MTCLI_MODEL") else "shipped model"
+def chosen_model(model: str | None, src: str | None = None, tgt: str | None = None) -> Path | None:
+    """The one model a command uses: -m NAME|DIR, else $MTCLI_MODEL, else the installed model
+    for --from/--to. None when nothing names one: then the script of each line decides."""
+    from mtcli import registry
+
+    if model:
+        return registry.find(model, "-m")
+    if env := os.environ.get("MTCLI_MODEL"):
+        return registry.find(env, "$MTCLI_MODEL")
+    if src or tgt:
+        info = registry.for_direction(src, tgt)
+        if info is None:
+            wanted = f"{src or '*'}->{tgt or '*'}"
+            raise UserError(f"no installed model translates {wanted} (`mtcli models` lists them)")
+        return info.path
+    return None
+
+
+def model_for_text(model: str | None, lines: list[str]) -> Path:
+    """chosen_model, else the installed model for the language most of `lines` are in."""
+    from mtcli import registry
+
+    if (path := chosen_model(model)) is not None:
+        return path
+    votes = [lang for line in lines if (lang := registry.source_language(line))]
+    language = max(set(votes), key=votes.count) if votes else "en"
+    info = registry.for_direction(language, None)
+    if info is None:
+        raise UserError(
+            f"no installed model translates from {language} (`mtcli models` lists them)"
         )
-        raise UserError(f"{path}: no such model directory ({origin})")
-    return path
+    return info.path
 
 
 def check_output_file(path: str | None, option: str, force: bool) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import click
 from rich.console import Console
@@ -12,7 +11,7 @@ from rich.table import Table
 from mtcli.cli.common import (
     build_decode_config,
     decode_options,
-    default_model_dir,
+    model_for_text,
     runtime_device,
     warn,
 )
@@ -79,7 +78,7 @@ def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
 @click.option(
     "--model",
     "-m",
-    help="Model directory (with --src).  [default: $MTCLI_MODEL, then the shipped model]",
+    help="Model name or directory (with --src).  [default: by the script of the source]",
 )
 @click.option("--tgt-lang", help="Target language, for the BLEU tokenizer when no model says it.")
 @click.option(
@@ -135,11 +134,11 @@ def eval_command(
     if list(hyps).count("-") + list(refs).count("-") > 1:
         raise click.BadParameter("stdin can be read once", param_hint="--hyp/--ref")
     cfg = build_decode_config(**decode) if src else None
-    model_dir = default_model_dir(model) if src else None
     ref_lines = [_read(r) for r in refs]
     if src:
+        model_dir = model_for_text(model, _read(src)[:200])
         out, model_lang = _translate_source(model_dir, src, device, threads, cfg)
-        systems = [(model or os.path.relpath(model_dir), out)]
+        systems = [(model or model_dir.name, out)]
         tgt_lang = tgt_lang or model_lang
     else:
         systems = [("stdin" if h == "-" else h, _read(h)) for h in hyps]

@@ -14,9 +14,9 @@ from rich.progress import MofNCompleteColumn, Progress
 from mtcli.cli.common import (
     build_decode_config,
     check_output_file,
+    chosen_model,
     console,
     decode_options,
-    default_model_dir,
     runtime_device,
     warn,
 )
@@ -38,6 +38,8 @@ def format_result(t, fmt: str) -> str:
         "score": round(t.score, 4),
         "nbest": [{"translation": s, "score": round(sc, 4)} for s, sc in t.nbest],
     }
+    if t.passthrough:
+        record["passthrough"] = True  # no model translates this line: it is left as it was
     if t.alignment is not None:
         record["alignment"] = [list(pair) for pair in t.alignment]
     return json.dumps(record, ensure_ascii=False)
@@ -61,8 +63,12 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @click.command("translate")
 @click.argument("text", nargs=-1)
 @click.option(
-    "--model", "-m", help="Model directory.  [default: $MTCLI_MODEL, then the shipped model]"
+    "--model",
+    "-m",
+    help="Model name (`mtcli models`) or directory.  [default: by the script of each line]",
 )
+@click.option("--from", "src_lang", help="Source language: use the installed model from it (e.g. zh).")  # fmt: skip
+@click.option("--to", "tgt_lang", help="Target language: use the installed model into it (e.g. en).")  # fmt: skip
 @click.option(
     "--input",
     "-i",
@@ -86,53 +92,58 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     show_default=True,
     help="int8: dynamic quantization of the Linear layers (CPU).",
 )
-@click.option(
-    "--align", is_flag=True, help="Add source-target word alignments (tsv: 4th column; jsonl)."
-)
+@click.option("--align", is_flag=True, help="Add source-target word alignments (tsv: 4th column; jsonl).")  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
 @decode_options
 def translate_command(
-    text,
-    model,
-    input_file,
-    output_path,
-    force,
-    fmt,
-    quantize,
-    align,
-    quiet,
-    device,
-    threads,
-    **decode,
-) -> None:
-    """Translate TEXT, or stdin line by line (one output line per input line)."""
+    text, model, src_lang, tgt_lang, input_file, output_path, force, fmt, quantize, align, quiet,
+    device, threads, **decode,
+) -> None:  # fmt: skip
+    """Translate TEXT, or stdin line by line (one output line per input line).
+
+    \b
+    Without -m, each line goes to the installed model for its script: Chinese (Han
+    characters) to zh->en, other text to en->zh; a line with no letters is left as it is.
+    """
     if align and fmt == "text":
         raise click.BadParameter("--align needs --format tsv or jsonl", param_hint="--align")
     cfg = build_decode_config(**decode)
     check_output_file(output_path, "--output", force)
-    model_dir = default_model_dir(model)
-    from mtcli.checkpoint import load_model  # torch: only once the flags are known to be good
-    from mtcli.translate import Translator, quantize_int8
+    model_dir = chosen_model(model, src_lang, tgt_lang)
+    from mtcli.registry import for_direction, source_language  # after the checks: torch below
+    from mtcli.translate import Router
 
     device = runtime_device(device, threads)
-    loaded = load_model(model_dir, device)
-    net = loaded.model
-    if quantize == "int8":
-        net = quantize_int8(net)
-    translator = Translator(
-        net,
-        loaded.tokenizer,
-        cfg,
-        device=device,
-        warn=(lambda m: None) if quiet else warn,
-        align=align,
-    )
-    results = translator.translate_stream(_input_lines(text, input_file, cfg.chunk_lines))
+    say = (lambda m: None) if quiet else warn
+
+    def translator(path):
+        return _load_translator(path, cfg, device, quantize, align, say)
+
+    if model_dir is not None:
+        engine = translator(model_dir)
+    else:
+        engine = Router(
+            source_language,
+            lambda language: translator(info.path) if (info := for_direction(language, None)) else None,
+            cfg.chunk_lines,
+            say,
+        )  # fmt: skip
+    results = engine.translate_stream(_input_lines(text, input_file, cfg.chunk_lines))
     with _output(output_path) as out, _progress(input_file, quiet) as advance:
         for result in results:
             out.write(format_result(result, fmt) + "\n")
             out.flush()  # a pipeline sees each line as soon as it is translated
             advance()
+
+
+def _load_translator(path, cfg, device, quantize: str, align: bool, warn_once):
+    """A Translator for the model directory `path`."""
+    from mtcli.checkpoint import load_model
+    from mtcli.translate import Translator, quantize_int8
+
+    loaded = load_model(path, device)
+    net = quantize_int8(loaded.model) if quantize == "int8" else loaded.model
+    return Translator(net, loaded.tokenizer, cfg, device=device, warn=warn_once, align=align)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,51 @@
+"""`mtcli models`: the installed models, with what their cards say."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from mtcli.registry import installed, search_path
+
+
+@click.command("models")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per model instead of a table.")  # fmt: skip
+def models_command(as_json: bool) -> None:
+    """List installed models: name, direction, size, parameters, test scores, path.
+
+    \b
+    Models are found in $MTCLI_MODEL_PATH (colon-separated folders), then among the shipped
+    ones; `-m NAME` picks one by name in every command.
+    """
+    found = installed()
+    if as_json:
+        for m in found:
+            record = {
+                "name": m.name, "direction": m.direction, "size_mb": round(m.size_mb, 1),
+                "parameters": m.parameters, "card": m.card, "path": str(m.path),
+            }  # fmt: skip
+            click.echo(json.dumps(record, ensure_ascii=False))
+        return
+    table = Table(title=f"{len(found)} model(s)", title_justify="left")
+    for column in ("name", "direction", "size", "parameters", "test BLEU", "test chrF", "path"):
+        table.add_column(
+            column,
+            justify="right"
+            if column in ("size", "parameters") or column.startswith("test")
+            else "left",
+        )
+    for m in found:
+        table.add_row(
+            m.name, m.direction, f"{m.size_mb:.1f} MB", f"{m.parameters / 1e6:.2f}M",
+            m.card.get("test_bleu", "-"), m.card.get("test_chrf", "-"), str(m.path),
+        )  # fmt: skip
+    out = Console(highlight=False)
+    if not out.is_terminal:  # a pipe or a file: whole cells, not a table squeezed to 80 columns
+        out = Console(highlight=False, width=240)
+    out.print(table)
+    if not found:
+        folders = ", ".join(str(p) for p in search_path())
+        click.echo(f"(searched: {folders})", err=True)

@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 SHARED  ?= ../shared/data
 MODEL   ?= models/en-zh-tiny
 
-.PHONY: install test lint format demo demo-train model model-zh-en bench clean
+.PHONY: install test e2e lint format demo demo-train model model-zh-en bench clean
 
 install: $(STAMP)
 
@@ -15,11 +15,19 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,serve]'
 	touch $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -q
+
+# the web page in headless Chromium (Debian: apt-get install chromium chromium-driver)
+e2e: $(VENV)/.e2e
+	$(BIN)/pytest -q -m e2e tests/e2e -s
+
+$(VENV)/.e2e: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,serve,e2e]'
+	touch $@
 
 lint: $(STAMP)
 	$(BIN)/ruff check mtcli tests bench

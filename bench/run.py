@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark in its own process, then print one table.
 
-    python bench/run.py [--minutes 20] [--skip-quality] [--only train,decode,quality]
+    python bench/run.py [--minutes 20] [--only train,decode,serve,quality]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -86,6 +86,23 @@ def table() -> str:
             ("decode", "int8 - fp32 BLEU", "points", f"{d['int8_bleu_delta']:+.2f}"),
             ("decode", "peak RSS", "MB", str(d["peak_rss_mb"])),
         ]
+    if sv := _load("serve"):
+        for name, r in sv["results"].items():
+            value = (
+                f"{r['lines_per_s']:.1f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['failed']}"
+            )
+            rows.append(
+                (
+                    "serve",
+                    f"{name} ({r['clients']} clients)",
+                    "lines/s | p50 ms | p99 ms | failed",
+                    value,
+                )
+            )
+        rows += [
+            ("serve", "concurrent / sequential", "ratio", f"{sv['throughput_ratio']:.2f}x"),
+            ("serve", "server peak RSS", "MB", str(sv["server_peak_rss_mb"])),
+        ]
     for corpus in ("multi30k-en-de", "tatoeba-en-zh"):
         if q := _load(f"quality-{corpus}"):
             rows.append(
@@ -107,7 +124,7 @@ def table() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
-    ap.add_argument("--only", default="train,decode,quality")
+    ap.add_argument("--only", default="train,decode,serve,quality")
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
     if not args.table:
@@ -116,6 +133,8 @@ def main() -> None:
             _run("train.py")
         if "decode" in only:
             _run("decode.py", "--lines", "1000")
+        if "serve" in only:
+            _run("serve.py")
         if "quality" in only:
             _run("quality.py", "--corpus", "multi30k-en-de", "--minutes", args.minutes)
             _run("quality.py", "--corpus", "tatoeba-en-zh", "--minutes", args.minutes)

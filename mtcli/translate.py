@@ -21,6 +21,16 @@ from mtcli.tokenizer import EOS_ID, Tokenizer
 
 
 @dataclass
+class CrossAttention:
+    """What the best hypothesis attended to: the last decoder layer's encoder-decoder attention,
+    averaged over heads. weights (T, S): rows are target pieces + EOS, columns source + EOS."""
+
+    source: list[str]
+    target: list[str]
+    weights: torch.Tensor
+
+
+@dataclass
 class Translation:
     """One input line's result; `nbest` holds (text, score) pairs, best first."""
 
@@ -31,6 +41,7 @@ class Translation:
     truncated: bool = False
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), with --align
     passthrough: bool = False  # no model translates this line (no letters): it is left as is
+    attention: CrossAttention | None = None  # with align=True
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
@@ -129,15 +140,19 @@ class Translator:
                 best_text, best_score = texts[0] if texts else ("", float("-inf"))
                 results[i] = Translation(lines[i], best_text, best_score, texts, truncated)
                 if self.align and hyps:
-                    results[i].alignment = self._alignment(src_ids, hyps[0], best_text)
+                    attention = self._attention(src_ids, hyps[0])
+                    results[i].attention = attention
+                    results[i].alignment = align_words(
+                        attention.weights, attention.source[:-1], attention.target[:-1],
+                        tgt_has_spaces=" " in best_text,
+                    )  # fmt: skip
         return results  # type: ignore[return-value]
 
-    def _alignment(self, src_ids: list[int], hyp: Hypothesis, text: str) -> list[tuple[int, int]]:
-        """Word alignment from the last decoder layer's cross-attention, averaged over heads."""
-        src_pieces = [self.tokenizer.src.id_to_piece(i) for i in src_ids[:-1]]  # without EOS
-        tgt_pieces = self.tokenizer.tgt_id_to_piece(hyp.tokens)
-        cross = hyp.attention.cross[-1].mean(dim=0)  # (T, S)
-        return align_words(cross, src_pieces, tgt_pieces, tgt_has_spaces=" " in text)
+    def _attention(self, src_ids: list[int], hyp: Hypothesis) -> CrossAttention:
+        """The last decoder layer's cross-attention of `hyp`, averaged over heads."""
+        src_pieces = [self.tokenizer.src.id_to_piece(i) for i in src_ids[:-1]] + ["</s>"]
+        tgt_pieces = self.tokenizer.tgt_id_to_piece(hyp.tokens) + ["</s>"]
+        return CrossAttention(src_pieces, tgt_pieces, hyp.attention.cross[-1].mean(dim=0))
 
     def translate_stream(self, lines: Iterable[str] | Iterable[list[str]]) -> Iterator[Translation]:
         """Translate lines (or ready-made chunks of lines) and yield results in input order."""

@@ -20,6 +20,7 @@ COMMANDS = {
     "export": "mtcli.cli.export:export_command",
     "attention": "mtcli.cli.attention:attention_command",
     "models": "mtcli.cli.models:models_command",
+    "serve": "mtcli.cli.serve:serve_command",
 }
 
 HELP = """Neural machine translation from the command line.

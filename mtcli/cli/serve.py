@@ -1,0 +1,151 @@
+"""`mtcli serve`: the translation server (LibreTranslate-compatible API, mtcli's own, a web page)."""
+
+from __future__ import annotations
+
+import signal
+
+import click
+
+from mtcli.cli.common import build_decode_config, console, decode_options, runtime_device
+from mtcli.errors import UserError
+
+
+def _model_paths(models: tuple[str, ...]):
+    """-m NAME|DIR (repeatable); without -m, every shipped model."""
+    from mtcli import registry
+
+    if models:
+        return [registry.find(m) for m in models]
+    shipped = registry.shipped_models_dir()
+    paths = [info.path for info in registry.installed() if info.path.parent == shipped]
+    if not paths:
+        raise UserError(f"no shipped models in {shipped}; name one with -m")
+    return paths
+
+
+@click.command("serve")
+@click.option(
+    "--model",
+    "-m",
+    "models",
+    multiple=True,
+    help="Model name or directory; repeat for several.  [default: every shipped model]",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (0.0.0.0: every interface).",
+)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--batch-wait-ms",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0, 1000),
+    help="How long a batch waits for more requests.",
+)
+@click.option(
+    "--max-batch-tokens",
+    default=4000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Source tokens gathered into one batch.",
+)
+@click.option(
+    "--max-chars",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Characters in one line.",
+)
+@click.option(
+    "--max-lines",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Lines in one request.",
+)
+@click.option(
+    "--max-body",
+    default=256 * 1024,
+    show_default=True,
+    type=click.IntRange(min=64),
+    help="Bytes in one request body.",
+)
+@click.option(
+    "--queue-size",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Requests waiting; beyond, 503 with Retry-After.",
+)
+@click.option(
+    "--api-key",
+    envvar="MTCLI_API_KEY",
+    default="",
+    help="Require this key (api_key field or X-API-Key header).  [env: MTCLI_API_KEY]",
+)
+@click.option(
+    "--shutdown-timeout",
+    default=30,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Seconds requests in flight get to finish on SIGTERM/SIGINT.",
+)
+@decode_options
+def serve_command(
+    models, host, port, batch_wait_ms, max_batch_tokens, max_chars, max_lines, max_body,
+    queue_size, api_key, shutdown_timeout, device, threads, **decode,
+) -> None:  # fmt: skip
+    """Serve translation over HTTP: LibreTranslate's API, mtcli's own, and a web page at /.
+
+    \b
+    curl -s localhost:8000/translate -H 'Content-Type: application/json' \\
+         -d '{"q": "Why do we work?", "source": "en", "target": "zh"}'
+    """
+    decode_cfg = build_decode_config(**decode)
+    paths = _model_paths(models)
+    try:
+        import uvicorn
+
+        from mtcli.serve import Models, ServeConfig, Served, create_app
+    except ImportError as e:
+        raise UserError(f"mtcli serve needs {e.name}: pip install 'mtcli[serve]'") from None
+    torch_device = runtime_device(device, threads)
+
+    def load() -> list[Served]:
+        from mtcli.checkpoint import load_model
+
+        served = []
+        for path in paths:
+            loaded = load_model(path, torch_device)
+            served.append(
+                Served(path.name, loaded.src_lang, loaded.tgt_lang, loaded.model, loaded.tokenizer)
+            )
+        console.print(
+            f"ready: {', '.join(f'{s.name} ({s.src_lang}->{s.tgt_lang})' for s in served)}",
+            markup=False,
+        )
+        return served
+
+    cfg = ServeConfig(
+        batch_wait_ms=batch_wait_ms, batch_tokens=max_batch_tokens, max_chars=max_chars,
+        max_lines=max_lines, max_body=max_body, queue_size=queue_size, api_key=api_key,
+        decode=decode_cfg,
+    )  # fmt: skip
+    app = create_app(Models(load, torch_device), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
+    console.print(f"serving on http://{host}:{port}  (web page /, API docs /docs)", markup=False)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host=host, port=port, log_level="warning", access_log=False,
+            timeout_graceful_shutdown=shutdown_timeout,
+        )
+    )  # fmt: skip
+    # uvicorn stops gracefully on SIGTERM/SIGINT, then raises the signal again to the handler
+    # that was there before it: a quiet one, so a clean shutdown exits 0, not by the signal
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+    server.run()
+    if not server.started:
+        raise UserError(f"could not listen on {host}:{port} (in use?)")

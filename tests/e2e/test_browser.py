@@ -1,0 +1,62 @@
+"""The web page in a real browser: headless Chromium (Debian's chromium and chromium-driver)
+driven by selenium loads /, types a sentence, and waits for Chinese and a drawn heatmap.
+
+Runs with `make e2e` (and in .ci/run), not in `make test`: it needs the browser packages.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.test_serve import _Server
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver")
+    driver_path = shutil.which("chromedriver")
+    assert driver_path, "chromedriver is missing: apt-get install chromium chromium-driver"
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1000,900"):  # fmt: skip
+        options.add_argument(arg)
+    options.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(driver_path))
+    yield driver
+    driver.quit()
+
+
+def test_the_page_translates_as_you_type_and_draws_attention(browser, tmp_path):
+    """Typing "Why do we work?" into the page shows Chinese, n-best scores and a heatmap."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = _Server("-m", "en-zh-tiny")
+    try:
+        browser.get(server.url + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_element(By.ID, "status").text == "ready")
+        browser.find_element(By.ID, "source").send_keys("Why do we work?")
+        wait.until(
+            lambda b: any(
+                "\u4e00" <= ch <= "\u9fff" for ch in b.find_element(By.ID, "translation").text
+            )
+        )
+        wait.until(lambda b: b.find_element(By.ID, "heatmap").get_attribute("data-drawn") == "true")
+        painted = browser.execute_script(
+            "const c = document.getElementById('heatmap');"
+            "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            "let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n;"
+        )
+        assert painted > 1000  # the canvas holds a drawing, not just a size
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#nbest li")) >= 2
+        shot = Path(os.environ.get("MTCLI_SCREENSHOT", tmp_path / "page.png"))
+        browser.save_screenshot(str(shot))
+        print("translation:", browser.find_element(By.ID, "translation").text, "screenshot:", shot)
+    finally:
+        server.stop()

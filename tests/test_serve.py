@@ -1,0 +1,300 @@
+"""`mtcli serve`: the LibreTranslate-compatible API, mtcli's own, limits and errors, dynamic
+batching under concurrency, backpressure, graceful shutdown, and a disconnecting client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from mtcli.checkpoint import load_model
+from mtcli.config import DecodeConfig
+from mtcli.serve import Models, ServeConfig, Served, create_app
+from mtcli.translate import Translator
+from tests.conftest import REPO, copy_sentences
+
+
+def _models(path: Path, delay: float = 0.0) -> Models:
+    def load():
+        time.sleep(delay)
+        loaded = load_model(path)
+        return [Served("letters", "en", "zh", loaded.model, loaded.tokenizer)]
+
+    return Models(load, "cpu")
+
+
+@pytest.fixture
+def client(copy_model_dir):
+    logs: list[str] = []
+    app = create_app(
+        _models(copy_model_dir), ServeConfig(max_lines=8, max_chars=200, max_body=4096), logs.append
+    )
+    with TestClient(app) as c:
+        c.logs = logs
+        assert _wait_ready(c)
+        yield c
+
+
+def _wait_ready(c) -> bool:
+    for _ in range(200):
+        if c.get("/health").status_code == 200:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _reference(model_dir: Path, lines: list[str], **decode) -> list[str]:
+    """What `mtcli translate` gives: the Translator on the same model and settings."""
+    loaded = load_model(model_dir)
+    translator = Translator(loaded.model, loaded.tokenizer, DecodeConfig(**decode))
+    return [t.text for t in translator.translate_chunk(lines)]
+
+
+def test_libretranslate_shapes(client, copy_model_dir, copy_lines):
+    """q as a string or a list, JSON or form bodies (urlencoded and multipart), auto source with
+    detectedLanguage, alternatives from the n-best list; the answer has q's shape."""
+    a, b = copy_lines[:2]
+    want = _reference(copy_model_dir, [a, b])
+    r = client.post("/translate", json={"q": a, "source": "en", "target": "zh"})
+    assert r.status_code == 200 and r.json() == {"translatedText": want[0]}
+    r = client.post("/translate", json={"q": [a, b], "source": "en", "target": "zh"})
+    assert r.json() == {"translatedText": want}
+    r = client.post("/translate", data={"q": a, "source": "en", "target": "zh"})
+    assert r.json() == {"translatedText": want[0]}
+    r = client.post("/translate", files={"q": (None, a), "source": (None, "en"), "target": (None, "zh")})  # fmt: skip
+    assert r.json() == {"translatedText": want[0]}
+    r = client.post(
+        "/translate", json={"q": f"{a}\n{b}", "source": "auto", "target": "zh", "alternatives": 2}
+    )
+    body = r.json()
+    assert body["translatedText"] == "\n".join(want)
+    assert body["detectedLanguage"] == {"confidence": 100.0, "language": "en"}
+    assert client.get("/languages").json() == [{"code": "en", "name": "English", "targets": ["zh"]}]
+
+
+def test_v1_translate_fields(client, copy_model_dir, copy_lines):
+    """n-best sorted by score, word alignments, and an attention matrix whose rows (target
+    tokens + EOS) each sum to 1 over the source tokens + EOS; emoji passes through."""
+    line = copy_lines[3]
+    r = client.post(
+        "/v1/translate", json={"lines": [line, "🙂"], "nbest": 3, "align": True, "attention": True}
+    )
+    assert r.status_code == 200, r.text
+    first, emoji = r.json()["translations"]
+    assert first["translation"] == _reference(copy_model_dir, [line])[0]
+    scores = [h["score"] for h in first["nbest"]]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+    assert first["alignment"] and first["model"] == "letters"
+    att = first["attention"]
+    assert len(att["weights"]) == len(att["target_tokens"]) and att["source_tokens"][-1] == "</s>"
+    assert all(
+        len(row) == len(att["source_tokens"]) and abs(sum(row) - 1) < 1e-3 for row in att["weights"]
+    )
+    assert emoji["translation"] == "🙂" and "model" not in emoji
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "status", "message"),
+    [
+        (
+            {"content": b"{not json", "headers": {"Content-Type": "application/json"}},
+            400,
+            "not valid JSON",
+        ),  # fmt: skip
+        ({"json": {"source": "en", "target": "zh"}}, 400, "missing q"),
+        ({"json": {"q": 3, "target": "zh"}}, 400, "q must be a string"),
+        ({"json": {"q": "a", "source": "en", "target": "de"}}, 400, "no model translates en->de"),
+        ({"json": {"q": "a", "source": "en"}}, 400, "missing target"),
+        (
+            {"json": {"q": "a", "source": "en", "target": "zh", "format": "html"}},
+            400,
+            "format 'html'",
+        ),  # fmt: skip
+        ({"json": {"q": ["a"] * 9, "source": "en", "target": "zh"}}, 413, "9 lines in one request"),
+        ({"json": {"q": "a" * 201, "source": "en", "target": "zh"}}, 413, "201 characters"),
+        ({"json": {"q": "a" * 5000, "source": "en", "target": "zh"}}, 413, "at most 4096"),
+    ],
+)
+def test_libretranslate_errors_are_one_clear_message(client, request_kwargs, status, message):
+    """Each mistake: a 4xx JSON {"error": ...} naming it, and the server stays healthy."""
+    r = client.post("/translate", **request_kwargs)
+    assert r.status_code == status and message in r.json()["error"], r.text
+    assert client.get("/health").status_code == 200
+
+
+def test_v1_errors_and_the_request_log(client):
+    """A bad field is one message; nbest above the beam is refused; one log line per request."""
+    r = client.post("/v1/translate", json={"lines": "not a list"})
+    assert r.status_code == 400 and r.json()["error"].startswith("lines:")
+    r = client.post("/v1/translate", json={"lines": ["a"], "beam_size": 2, "nbest": 3})
+    assert r.status_code == 400 and "nbest 3 is more than beam_size 2" in r.json()["error"]
+    r = client.post("/v1/translate", json={"lines": ["a"], "model": "nope"})
+    assert r.status_code == 400 and "no model named 'nope'" in r.json()["error"]
+    assert [line.split()[:3] for line in client.logs[-3:]] == [["POST", "/v1/translate", "400"]] * 3
+
+
+def test_api_key(copy_model_dir):
+    """With --api-key, a missing or wrong key is 403; the right one (field or header) passes."""
+    app = create_app(_models(copy_model_dir), ServeConfig(api_key="s3cret"))
+    with TestClient(app) as c:
+        assert _wait_ready(c)
+        q = {"q": "a b", "source": "en", "target": "zh"}
+        assert c.post("/translate", json=q).status_code == 403
+        assert c.post("/translate", json={**q, "api_key": "guess"}).json()["error"] == "invalid API key"  # fmt: skip
+        assert c.post("/translate", json={**q, "api_key": "s3cret"}).status_code == 200
+        assert (
+            c.post(
+                "/v1/translate", json={"lines": ["a"]}, headers={"X-API-Key": "s3cret"}
+            ).status_code
+            == 200
+        )
+
+
+def test_health_waits_for_the_models(copy_model_dir):
+    """While the models load, /health and translation answer 503 with Retry-After."""
+    app = create_app(_models(copy_model_dir, delay=1.0), ServeConfig())
+    with TestClient(app) as c:
+        r = c.get("/health")
+        assert r.status_code == 503 and r.json() == {"status": "loading"}
+        r = c.post("/translate", json={"q": "a", "source": "en", "target": "zh"})
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert _wait_ready(c)
+
+
+def test_a_full_queue_answers_503_with_retry_after(copy_model_dir):
+    """Queue of 1 and a slow worker: of many requests at once some are refused (503,
+    Retry-After), none waits forever, and every one that was accepted is answered."""
+    models = _models(copy_model_dir)
+    slow = models.translate
+    models.translate = lambda key, lines: (time.sleep(0.3), slow(key, lines))[1]
+    app = create_app(models, ServeConfig(queue_size=1, batch_wait_ms=0))
+
+    async def burst():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            q = {"q": "a b", "source": "en", "target": "zh"}
+            return await asyncio.gather(*(c.post("/translate", json=q) for _ in range(8)))
+
+    with TestClient(app) as c:  # runs the lifespan: the batcher starts
+        assert _wait_ready(c)
+        app.state.batcher = app.state.batcher  # the same app, driven concurrently below
+        responses = asyncio.run(burst())
+    codes = sorted(r.status_code for r in responses)
+    assert 503 in codes and 200 in codes, codes
+    assert all(r.headers.get("Retry-After") == "1" for r in responses if r.status_code == 503)
+
+
+# ---------------------------------------------------------------- a real uvicorn process
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    """`mtcli serve` in a subprocess on a free port; stderr is collected for the log lines."""
+
+    def __init__(self, *args: str):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mtcli", "serve", "--port", str(self.port), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            env={**os.environ, "NO_COLOR": "1"},
+        )  # fmt: skip
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            time.sleep(0.1)
+        raise AssertionError("server did not become ready")
+
+    def stop(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, err
+
+
+@pytest.mark.slow
+def test_concurrent_requests_are_batched_and_equal_mtcli_translate(copy_model_dir, tmp_path):
+    """64 concurrent requests of different lengths to a real server: each answer equals what
+    `mtcli translate` prints for its line, and the worker ran fewer batches than requests."""
+    lines = copy_sentences(64, seed=11)
+    lines[5] = " ".join(lines[:20])  # a long one among short ones
+    server = _Server("-m", str(copy_model_dir), "--batch-wait-ms", "20")
+    try:
+
+        async def everyone():
+            async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+                return await asyncio.gather(
+                    *(c.post("/v1/translate", json={"lines": [line]}) for line in lines)
+                )
+
+        responses = asyncio.run(everyone())
+        health = httpx.get(server.url + "/health").json()
+    finally:
+        code, err = server.stop()
+    got = [r.json()["translations"][0]["translation"] for r in responses]
+    cli = subprocess.run(
+        [sys.executable, "-m", "mtcli", "translate", "-m", str(copy_model_dir)],
+        input="\n".join(lines) + "\n", capture_output=True, text=True, cwd=REPO, check=True,
+    )  # fmt: skip
+    assert got == cli.stdout.splitlines()
+    assert health["jobs"] == 64 and health["batches"] < 64, health
+    assert code == 0 and err.count("POST /v1/translate 200 lines=1") == 64
+    print(f"64 requests in {health['batches']} batches")
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_the_request_in_flight(copy_model_dir, copy_lines):
+    """SIGTERM while a request waits in the batch window: it is answered, then exit 0."""
+    server = _Server("-m", str(copy_model_dir), "--batch-wait-ms", "1000")
+    result = {}
+
+    def ask():
+        q = {"q": copy_lines[0], "source": "en", "target": "en"}
+        result["r"] = httpx.post(server.url + "/translate", json=q, timeout=60)
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    time.sleep(0.5)  # the request is in, waiting for others to join its batch
+    code, err = server.stop()
+    thread.join()
+    assert result["r"].status_code == 200
+    assert result["r"].json()["translatedText"] == copy_lines[0]  # the copy model copies it
+    assert code == 0, err
+
+
+@pytest.mark.slow
+def test_a_client_that_disconnects_does_not_stall_the_worker(copy_model_dir, copy_lines):
+    """Clients that send a request and hang up at once leave the server answering others."""
+    server = _Server("-m", str(copy_model_dir), "--batch-wait-ms", "200")
+    try:
+        body = json.dumps({"q": "a b", "source": "en", "target": "en"}).encode()
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", server.port)) as s:
+                s.sendall(
+                    b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+                )  # fmt: skip
+        q = {"q": copy_lines[1], "source": "en", "target": "en"}
+        r = httpx.post(server.url + "/translate", json=q, timeout=30)
+        assert r.status_code == 200 and r.json()["translatedText"] == copy_lines[1]
+    finally:
+        code, _ = server.stop()
+    assert code == 0

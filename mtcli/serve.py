@@ -450,6 +450,6 @@ def _v1(t: Translation, served: Served | None, req: V1Request) -> dict:
         record["attention"] = {
             "source_tokens": t.attention.source,
             "target_tokens": t.attention.target,
-            "weights": [[round(float(w), 4) for w in row] for row in t.attention.weights],
+            "weights": [[round(float(w), 4) for w in row] for row in t.attention.cross_mean()],
         }
     return record

@@ -15,19 +15,26 @@ import torch
 from mtcli.attention import align_words
 from mtcli.config import DecodeConfig
 from mtcli.data import pad, padding_mask
-from mtcli.decode import Hypothesis, beam_search, greedy
+from mtcli.decode import AttentionTrace, Hypothesis, beam_search, greedy
 from mtcli.model import Seq2Seq
 from mtcli.tokenizer import EOS_ID, Tokenizer
 
 
 @dataclass
-class CrossAttention:
-    """What the best hypothesis attended to: the last decoder layer's encoder-decoder attention,
-    averaged over heads. weights (T, S): rows are target pieces + EOS, columns source + EOS."""
+class AttentionMaps:
+    """Every attention that produced the best hypothesis, and the pieces it is over.
+
+    source: source pieces + </s> (S); target: output pieces + </s> (T); trace: encoder
+    (L, H, S, S), encoder-decoder (L, H, T, S) and decoder (L, H, T, T) attention.
+    """
 
     source: list[str]
     target: list[str]
-    weights: torch.Tensor
+    trace: AttentionTrace
+
+    def cross_mean(self) -> torch.Tensor:
+        """(T, S): the last decoder layer's encoder-decoder attention, averaged over heads."""
+        return self.trace.cross[-1].mean(dim=0)
 
 
 @dataclass
@@ -41,7 +48,7 @@ class Translation:
     truncated: bool = False
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), with --align
     passthrough: bool = False  # no model translates this line (no letters): it is left as is
-    attention: CrossAttention | None = None  # with align=True
+    attention: AttentionMaps | None = None  # with align=True
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
@@ -143,16 +150,15 @@ class Translator:
                     attention = self._attention(src_ids, hyps[0])
                     results[i].attention = attention
                     results[i].alignment = align_words(
-                        attention.weights, attention.source[:-1], attention.target[:-1],
+                        attention.cross_mean(), attention.source[:-1], attention.target[:-1],
                         tgt_has_spaces=" " in best_text,
                     )  # fmt: skip
         return results  # type: ignore[return-value]
 
-    def _attention(self, src_ids: list[int], hyp: Hypothesis) -> CrossAttention:
-        """The last decoder layer's cross-attention of `hyp`, averaged over heads."""
+    def _attention(self, src_ids: list[int], hyp: Hypothesis) -> AttentionMaps:
         src_pieces = [self.tokenizer.src.id_to_piece(i) for i in src_ids[:-1]] + ["</s>"]
         tgt_pieces = self.tokenizer.tgt_id_to_piece(hyp.tokens) + ["</s>"]
-        return CrossAttention(src_pieces, tgt_pieces, hyp.attention.cross[-1].mean(dim=0))
+        return AttentionMaps(src_pieces, tgt_pieces, hyp.attention)
 
     def translate_stream(self, lines: Iterable[str] | Iterable[list[str]]) -> Iterator[Translation]:
         """Translate lines (or ready-made chunks of lines) and yield results in input order."""

@@ -12,6 +12,7 @@ from mtcli.cli.common import (
     model_for_text,
     runtime_device,
 )
+from mtcli.errors import UserError
 
 
 @click.command("attention")
@@ -47,39 +48,25 @@ def attention_command(
 
     from mtcli.attention import Heatmap, render, save_png, select
     from mtcli.checkpoint import load_model
-    from mtcli.data import pad, padding_mask
-    from mtcli.decode import beam_search
-    from mtcli.tokenizer import EOS_ID
+    from mtcli.translate import Translator
 
     device = runtime_device(device, threads)
     loaded = load_model(model_dir, device)
-    tok = loaded.tokenizer
-    src_ids = tok.encode_src(sentence)[: loaded.model.cfg.max_positions - 1] + [EOS_ID]
-    src = pad([src_ids]).to(device)
-    hyp = beam_search(
-        loaded.model,
-        src,
-        padding_mask(src),
-        beam_size=cfg.beam_size,
-        alpha=cfg.length_penalty,
-        max_len_a=cfg.max_len_a,
-        max_len_b=cfg.max_len_b,
-        with_attention=True,
-    )[0][0]
-    src_pieces = [tok.src.id_to_piece(i) for i in src_ids[:-1]] + ["</s>"]
-    tgt_pieces = tok.tgt_id_to_piece(hyp.tokens) + ["</s>"]
+    translator = Translator(loaded.model, loaded.tokenizer, cfg, device=device, align=True)
+    result = translator.translate_chunk([sentence])[0]
+    if result.attention is None:
+        raise UserError("SENTENCE is empty: there is nothing to attend to")
+    maps = result.attention
     rows, cols = {
-        "cross": (tgt_pieces, src_pieces),
-        "encoder": (src_pieces, src_pieces),
-        "decoder": (tgt_pieces, tgt_pieces),
+        "cross": (maps.target, maps.source),
+        "encoder": (maps.source, maps.source),
+        "decoder": (maps.target, maps.target),
     }[kind]
-    weights = select(hyp.attention, kind=kind, layer=layer, head=head)
+    weights = select(maps.trace, kind=kind, layer=layer, head=head)
     which = "mean of heads" if head is None else f"head {head}"
-    heatmap = Heatmap(
-        weights.to(torch.float32), rows, cols, f"{kind} attention, layer {layer}, {which}"
-    )
-    click.echo(tok.decode_tgt(hyp.tokens))
+    heatmap = Heatmap(weights.to(torch.float32), rows, cols, f"{kind} attention, layer {layer}, {which}")  # fmt: skip
+    click.echo(result.text)
     console.print(render(heatmap, width=width))
     if png:
         save_png(heatmap, png)
-        console.print(f"wrote {png}")
+        console.print(f"wrote {png}", markup=False)

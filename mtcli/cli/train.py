@@ -142,8 +142,11 @@ def init_layer(init: str) -> Layer:
 
 def assemble_config(config_path, flags: dict, resume: str | None, restart: bool) -> TrainConfig:
     """The run's TrainConfig, on the settings of the checkpoint it would continue from."""
+    from mtcli.registry import find
     from mtcli.run_dir import resume_point
 
+    if flags.get("init"):  # a model by name, as -m takes it
+        flags = {**flags, "init": str(find(flags["init"], "--init"))}
     requested = [toml_layer(config_path)] if config_path else []
     requested.append(flag_layer(flags))
     first = build_from_layers(TrainConfig, requested)  # where OUT is, whether --init is set

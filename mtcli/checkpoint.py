@@ -255,6 +255,19 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
     return LoadedModel(model, tokenizer, config, path)
 
 
+def load_ensemble(paths: list[Path], device: str | torch.device = "cpu") -> list[LoadedModel]:
+    """Several models to decode as one: they must share the tokenizer (the same files), since
+    their log-probabilities are averaged over one vocabulary."""
+    loaded = [load_model(p, device) for p in paths]
+    first = loaded[0]
+    for other in loaded[1:]:
+        if other.config.get("tokenizer") != first.config.get("tokenizer"):
+            raise UserError(
+                f"-m {other.path} has another tokenizer than -m {first.path}; an ensemble needs one"
+            )
+    return loaded
+
+
 def has_trainer_state(path: str | Path) -> bool:
     return (resolve_dir(path) / STATE_FILE).is_file()
 

@@ -142,9 +142,15 @@ class DecodeConfig:
     batch_tokens: int = 8000
     chunk_lines: int = 1000  # lines read before a batch is sorted and translated
     use_cache: bool = True  # False re-feeds the whole prefix each step (reference / benchmark)
+    no_repeat_ngram: int = 0  # no n-gram twice in an output (fairseq's); 0 = off
+    sample: bool = False  # draw each token instead of searching (nbest = draws per line)
+    temperature: float = 1.0  # sampling: softmax(logits / T); small T approaches greedy
+    top_k: int = 0  # sampling: only the k most probable tokens; 0 = all
+    top_p: float = 1.0  # sampling: only the smallest set holding this much probability
+    seed: int = 0  # sampling: the same seed draws the same outputs
 
     def __post_init__(self) -> None:
-        if self.nbest > self.beam_size:
+        if not self.sample and self.nbest > self.beam_size:
             raise ConfigError("nbest", self.nbest, f"must not exceed beam_size ({self.beam_size})")
 
 
@@ -223,6 +229,11 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "nbest": AT_LEAST_1,
         "batch_tokens": AT_LEAST_1,
         "chunk_lines": AT_LEAST_1,
+        "no_repeat_ngram": AT_LEAST_0,
+        "temperature": Limit(low=1e-4),
+        "top_k": AT_LEAST_0,
+        "top_p": Limit(low=1e-4, high=1),
+        "seed": AT_LEAST_0,
     },
 }
 

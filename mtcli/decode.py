@@ -1,8 +1,13 @@
-"""Greedy and beam search over token ids. Knows nothing about text, files or the CLI.
+"""Greedy search, beam search and sampling over token ids. Knows nothing about text, files or
+the CLI.
 
 The encoder runs once per batch; the decoder runs one token per step through an explicit
-KVCache. Beam search keeps batch x beam rows in one tensor: no Python loop over sentences or
-beams inside a step.
+KVCache, feeding each chosen token back in. Beam search keeps batch x beam rows in one tensor:
+no Python loop over sentences or beams inside a step.
+
+Every search takes one model or several (an ensemble: at each step the models' log-probabilities
+are averaged, each model with its own cache), StepRules (a forced prefix, banned repeated
+n-grams), and optionally a Tracer that records each step for a reader to watch.
 
 Scores are sums of log-probabilities divided by the GNMT length penalty
 lp(n) = ((5 + n) / 6) ** alpha, where n counts the output tokens including EOS.
@@ -10,7 +15,8 @@ lp(n) = ((5 + n) / 6) ** alpha, where n counts the output tokens including EOS.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -109,32 +115,51 @@ def _force_eos(log_probs: Tensor, rows: Tensor) -> Tensor:
     return log_probs
 
 
+Models = Seq2Seq | Sequence[Seq2Seq]
+
+
+def as_list(models: Models) -> list[Seq2Seq]:
+    return [models] if isinstance(models, Seq2Seq) else list(models)
+
+
+def output_limit(models: Models) -> int:
+    """The most output tokens every model's position table holds (+ BOS)."""
+    return min(m.cfg.max_positions for m in as_list(models)) - 1
+
+
 class _Stepper:
-    """Next-token logits for each row, with the KV cache (one token per step) or without it.
+    """Next-token log-probabilities for each row, with the KV cache (one token per step) or
+    without it, from one model or the mean of several (an ensemble, each with its own cache).
 
     Without the cache every step re-feeds the whole prefix: the slow reference that the
-    cache must match, kept for tests and benchmarks.
+    cache must match, kept for tests and benchmarks. Attention is recorded from the first
+    model of an ensemble.
     """
 
     def __init__(
         self,
-        model: Seq2Seq,
-        memory: Tensor,
+        models: Models,
+        src_ids: Tensor,
         src_mask: Tensor,
         max_len: int,
         *,
         use_cache: bool,
         recorder: _Recorder | None = None,
     ):
-        self.model, self.src_mask = model, src_mask
-        self.memory: Tensor | None = memory
         if recorder is not None and not use_cache:
             raise ValueError("attention is recorded through the cache; use_cache must be True")
-        self.cache = (
-            model.new_cache(max_len, recorder.cross if recorder else None) if use_cache else None
-        )
+        self.models, self.src_mask = as_list(models), src_mask
+        self.memories: list[Tensor | None] = []
+        self.caches: list = []
+        for i, model in enumerate(self.models):
+            record = recorder if i == 0 else None
+            self.memories.append(
+                model.encode(src_ids, src_mask, record=record.encoder if record else None)
+            )  # (B, S, D)
+            cross = record.cross if record else None
+            self.caches.append(model.new_cache(max_len, cross) if use_cache else None)
         if recorder is not None:
-            recorder.decoder = self.cache.self_record
+            recorder.decoder = self.caches[0].self_record
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """tokens (N, t) generated so far, without BOS -> log-probabilities (N, V) for position t.
@@ -142,33 +167,127 @@ class _Stepper:
         With the cache only the newest token is fed (BOS at step 0); the prefix is built
         only for the uncached reference, so the cached hot path copies nothing per step.
         """
-        if self.cache is None or tokens.size(1) == 0:
+        cached = self.caches[0] is not None
+        if not cached or tokens.size(1) == 0:
             bos = torch.full((tokens.size(0), 1), BOS_ID, dtype=torch.long, device=tokens.device)
-            new = torch.cat([bos, tokens], dim=1) if self.cache is None else bos
+            new = bos if cached else torch.cat([bos, tokens], dim=1)
         else:
             new = tokens[:, -1:]
-        logits = self.model.decode(new, self.memory, self.src_mask, self.cache)[:, -1]
-        if self.cache is not None:
-            self.memory = None  # its keys/values are in the cache now: nothing left to carry
-        return _mask_never_generated(logits.float().log_softmax(dim=-1))
+        total = None
+        for i, (model, cache) in enumerate(zip(self.models, self.caches, strict=True)):
+            logits = model.decode(new, self.memories[i], self.src_mask, cache)[:, -1]
+            if cache is not None:
+                self.memories[i] = None  # its keys/values are in the cache now
+            log_probs = logits.float().log_softmax(dim=-1)  # (N, V)
+            total = log_probs if total is None else total + log_probs
+        mean = total if len(self.models) == 1 else total / len(self.models)
+        return _mask_never_generated(mean)
 
     def reorder(self, rows: Tensor) -> None:
         """Beam back-pointers: row i continues row rows[i] (within its sentence)."""
-        if self.cache is not None:
-            self.cache.reorder(rows)
+        for cache in self.caches:
+            if cache is not None:
+                cache.reorder(rows)
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep decoder rows `rows` and, in the cache, the source K/V of `sentences` (None: all)."""
-        if self.memory is not None:
-            self.memory = self.memory.index_select(0, rows)  # uncached: one copy per row
+        for i, memory in enumerate(self.memories):
+            if memory is not None:
+                self.memories[i] = memory.index_select(0, rows)  # uncached: one copy per row
         self.src_mask = self.src_mask.index_select(0, rows)
-        if self.cache is not None:
-            self.cache.select(rows, sentences)
+        for cache in self.caches:
+            if cache is not None:
+                cache.select(rows, sentences)
+
+
+# ---------------------------------------------------------------- what a step may produce
+@dataclass
+class StepRules:
+    """Rules on what a step may produce beyond the model's preference.
+
+    prefixes (B, P): target ids each sentence's output must start with (PAD where free), so
+    a person can fix the first words and the model finishes; no_repeat_ngram: no n-gram may
+    occur twice in an output (fairseq's --no-repeat-ngram-size), since small models loop.
+    """
+
+    prefixes: Tensor | None = None
+    no_repeat_ngram: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.prefixes is not None or self.no_repeat_ngram > 0
+
+    def apply(self, log_probs: Tensor, step: int, tokens: Tensor, sentence: Tensor) -> Tensor:
+        """log_probs (N, V) of rows whose outputs so far are tokens (N, step), each row of
+        sentence[i] (N,); returns them with the forbidden tokens at -inf."""
+        if self.prefixes is not None and step < self.prefixes.size(1):
+            forced = self.prefixes[sentence, step][:, None]  # (N, 1), PAD where free
+            only = torch.full_like(log_probs, NEG_INF).scatter(
+                1, forced, log_probs.gather(1, forced)
+            )
+            log_probs = torch.where(forced != PAD_ID, only, log_probs)
+        n = self.no_repeat_ngram
+        if n > 0 and tokens.size(1) >= n - 1:
+            history = tokens.tolist()
+            for row, seq in enumerate(history):
+                tail = tuple(seq[len(seq) - n + 1 :]) if n > 1 else ()
+                banned = {
+                    seq[i + n - 1]
+                    for i in range(len(seq) - n + 1)
+                    if tuple(seq[i : i + n - 1]) == tail
+                }
+                if banned:
+                    log_probs[row, list(banned)] = NEG_INF
+        return log_probs
+
+
+NO_RULES = StepRules()
+
+
+# ---------------------------------------------------------------- watching the search
+@dataclass
+class TraceRow:
+    """One decoder row at one step: what it was fed, what it is, what it considers next."""
+
+    sentence: int
+    prefix: list[int]  # output tokens so far (the last one is what was fed back; BOS at step 0)
+    score: float  # summed log-probability of the prefix
+    top: list[tuple[int, float]]  # the most probable next tokens and their probabilities
+
+
+@dataclass
+class TraceStep:
+    step: int
+    rows: list[TraceRow]
+    finished: list[tuple[int, list[int], float]] = field(default_factory=list)
+    # (sentence, tokens, length-normalised score) of hypotheses that ended with EOS here
+
+
+@dataclass
+class Tracer:
+    """Records every step of a search: each row's fed token, its top candidates with their
+    probabilities, the beams' scores, and the hypotheses that finished. Costs nothing off."""
+
+    top: int = 5
+    steps: list[TraceStep] = field(default_factory=list)
+
+    def record(self, step: int, log_probs: Tensor, tokens: Tensor, raw: Tensor, sentence: Tensor) -> None:  # fmt: skip
+        probs, ids = log_probs.exp().topk(min(self.top, log_probs.size(-1)), dim=-1)
+        rows = [
+            TraceRow(int(sentence[r]), tokens[r].tolist(), float(raw[r]),
+                     [(int(i), float(p)) for i, p in zip(ids[r], probs[r], strict=True) if p > 0])
+            for r in range(log_probs.size(0))
+            if torch.isfinite(raw[r])
+        ]  # fmt: skip
+        self.steps.append(TraceStep(step, rows))
+
+    def finish(self, sentence: int, tokens: list[int], score: float) -> None:
+        self.steps[-1].finished.append((sentence, tokens, score))
 
 
 @torch.inference_mode()
 def greedy(
-    model: Seq2Seq,
+    models: Models,
     src_ids: Tensor,
     src_mask: Tensor,
     *,
@@ -177,29 +296,37 @@ def greedy(
     alpha: float = 1.0,
     use_cache: bool = True,
     with_attention: bool = False,
+    rules: StepRules = NO_RULES,
+    tracer: Tracer | None = None,
 ) -> list[Hypothesis]:
     """Pick the most probable token at each step. src_ids, src_mask (B, S) -> B hypotheses."""
-    B = src_ids.size(0)
-    limit = model.cfg.max_positions - 1
-    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
+    B, device = src_ids.size(0), src_ids.device
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, output_limit(models))  # (B,)
     recorder = _Recorder() if with_attention else None
-    memory = model.encode(
-        src_ids, src_mask, record=recorder.encoder if recorder else None
-    )  # (B, S, D)
     stepper = _Stepper(
-        model, memory, src_mask, int(max_lens.max()) + 1, use_cache=use_cache, recorder=recorder
+        models, src_ids, src_mask, int(max_lens.max()) + 1, use_cache=use_cache, recorder=recorder
     )
-    tokens = torch.zeros(B, 0, dtype=torch.long, device=src_ids.device)  # (B, t)
-    raw = torch.zeros(B, device=src_ids.device)
-    lengths = torch.zeros(B, dtype=torch.long, device=src_ids.device)
-    done = torch.zeros(B, dtype=torch.bool, device=src_ids.device)
+    sentence = torch.arange(B, device=device)
+    tokens = torch.zeros(B, 0, dtype=torch.long, device=device)  # (B, t)
+    raw = torch.zeros(B, device=device)
+    lengths = torch.zeros(B, dtype=torch.long, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
     for step in range(int(max_lens.max()) + 1):
-        log_probs = _force_eos(stepper(tokens), step >= max_lens)  # (B, V)
+        log_probs = stepper(tokens)  # (B, V)
+        if rules.active:
+            log_probs = rules.apply(log_probs, step, tokens, sentence)
+        log_probs = _force_eos(log_probs, step >= max_lens)
+        if tracer is not None:
+            tracer.record(step, log_probs, tokens, raw.masked_fill(done, NEG_INF), sentence)
         best_lp, best = log_probs.max(dim=-1)  # (B,)
         best = best.masked_fill(done, PAD_ID)  # finished rows emit padding
         raw += best_lp.masked_fill(done, 0.0)
         lengths += (~done).long()
         tokens = torch.cat([tokens, best[:, None]], dim=1)
+        if tracer is not None:
+            for b in ((best == EOS_ID) & ~done).nonzero().flatten().tolist():
+                score = float(raw[b] / length_penalty(float(lengths[b]), alpha))
+                tracer.finish(b, _strip(tokens[b].tolist()), score)
         done |= best == EOS_ID
         if bool(done.all()):
             break
@@ -221,7 +348,7 @@ def _strip(ids: list[int]) -> list[int]:
 
 @torch.inference_mode()
 def beam_search(
-    model: Seq2Seq,
+    models: Models,
     src_ids: Tensor,
     src_mask: Tensor,
     *,
@@ -232,6 +359,8 @@ def beam_search(
     nbest: int = 1,
     use_cache: bool = True,
     with_attention: bool = False,
+    rules: StepRules = NO_RULES,
+    tracer: Tracer | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search. src_ids, src_mask (B, S) -> for each sentence its `nbest` best hypotheses.
 
@@ -244,17 +373,13 @@ def beam_search(
     """
     device, k = src_ids.device, beam_size
     B = src_ids.size(0)
-    limit = model.cfg.max_positions - 1
-    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, limit)  # (B,)
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, output_limit(models))  # (B,)
     n_steps = int(max_lens.max()) + 1  # + the forced EOS
 
     recorder = _Recorder() if with_attention else None
-    memory = model.encode(
-        src_ids, src_mask, record=recorder.encoder if recorder else None
-    )  # (B, S, D)
     # the first step sees one row per sentence (all its beams would start from the same BOS);
     # after it the rows widen to B*k, beams of a sentence adjacent
-    stepper = _Stepper(model, memory, src_mask, n_steps, use_cache=use_cache, recorder=recorder)
+    stepper = _Stepper(models, src_ids, src_mask, n_steps, use_cache=use_cache, recorder=recorder)
     widen = torch.arange(B, device=device).repeat_interleave(k)  # (B*k,)
     row_max = max_lens.repeat_interleave(k)  # (B*k,)
 
@@ -273,12 +398,18 @@ def beam_search(
     for step in range(n_steps):
         Ba = active.numel()
         sentence_base = torch.arange(Ba, device=device)[:, None] * k  # (Ba, 1): first row of each
-        if step == 0:  # max_lens >= 1, so no EOS is forced yet
-            log_probs = stepper(alive_tokens[:, 0])  # (B, V)
+        if step == 0:  # one row per sentence; max_lens >= 1, so no EOS is forced yet
+            so_far, row_sentence, row_score = alive_tokens[:, 0], active, alive_raw[:, 0]
         else:
-            log_probs = _force_eos(
-                stepper(alive_tokens.view(Ba * k, step)), step >= row_max
-            )  # (Ba*k, V)
+            so_far, row_sentence = alive_tokens.view(Ba * k, step), active.repeat_interleave(k)
+            row_score = alive_raw.view(-1)
+        log_probs = stepper(so_far)  # (rows, V)
+        if rules.active:
+            log_probs = rules.apply(log_probs, step, so_far, row_sentence)
+        if step > 0:
+            log_probs = _force_eos(log_probs, step >= row_max)
+        if tracer is not None:
+            tracer.record(step, log_probs, so_far, row_score, row_sentence)
         # a sentence's k best continuations are among the k best of each of its beams, so
         # the search looks at k*k candidates, not k*V (no (Ba, k*V) sum to build and scan)
         kk = min(k, log_probs.size(-1))
@@ -300,6 +431,9 @@ def beam_search(
         new_tokens = torch.full((Ba, k, n_steps), PAD_ID, dtype=torch.long, device=device)
         new_tokens[:, :, :step] = prefix
         new_tokens[:, :, step] = EOS_ID
+        if tracer is not None:
+            for b, j in is_eos.nonzero().tolist():
+                tracer.finish(int(active[b]), prefix[b, j].tolist(), float(new_scores[b, j]))
         fin_scores, keep = torch.cat([fin_scores, new_scores], dim=1).topk(k, dim=1)  # (Ba, k)
         all_tokens = torch.cat([fin_tokens, new_tokens], dim=1)  # (Ba, 2k, n_steps)
         fin_tokens = all_tokens.gather(1, keep[:, :, None].expand(-1, -1, n_steps))
@@ -332,6 +466,88 @@ def beam_search(
     results = _collect(out_tokens, out_scores, nbest)
     if recorder is not None:
         _attach_attention(results, recorder, fin_rows, parents, src_mask.sum(dim=1).tolist())
+    return results
+
+
+def sample_next(
+    log_probs: Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Draw one token per row from softmax(log_probs / T), restricted to the `top_k` most
+    probable tokens (0: all) and to the smallest set whose probability reaches `top_p`
+    (nucleus sampling, Holtzman et al. 2020). log_probs (N, V) -> tokens (N,)."""
+    logits = log_probs / temperature
+    if top_k > 0:
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
+        logits = logits.masked_fill(logits < kth, NEG_INF)
+    if top_p < 1.0:
+        ordered, order = logits.sort(dim=-1, descending=True)
+        probs = ordered.softmax(dim=-1)
+        # a token is cut when the tokens before it already hold top_p of the mass
+        cut = probs.cumsum(dim=-1) - probs >= top_p
+        logits = logits.scatter(1, order, ordered.masked_fill(cut, NEG_INF))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+
+@torch.inference_mode()
+def sample(
+    models: Models,
+    src_ids: Tensor,
+    src_mask: Tensor,
+    *,
+    n: int = 1,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    alpha: float = 1.0,
+    use_cache: bool = True,
+    rules: StepRules = NO_RULES,
+) -> list[list[Hypothesis]]:
+    """Draw `n` outputs per sentence, feeding each drawn token back in (as for back-translation
+    of monolingual text). src_ids, src_mask (B, S) -> per sentence n hypotheses, best first;
+    scores are the model's own log-probabilities of the drawn tokens (length-normalised)."""
+    B, device = src_ids.size(0), src_ids.device
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, output_limit(models))  # (B,)
+    stepper = _Stepper(models, src_ids, src_mask, int(max_lens.max()) + 1, use_cache=use_cache)
+    # step 0 sees one row per sentence, then each sentence widens to its n draws (rows adjacent)
+    widen = torch.arange(B, device=device).repeat_interleave(n)  # (B*n,)
+    row_max = max_lens.repeat_interleave(n)
+    tokens = torch.zeros(B * n, 0, dtype=torch.long, device=device)
+    raw = torch.zeros(B * n, device=device)
+    lengths = torch.zeros(B * n, dtype=torch.long, device=device)
+    done = torch.zeros(B * n, dtype=torch.bool, device=device)
+    for step in range(int(max_lens.max()) + 1):
+        if step == 0:
+            log_probs = stepper(tokens[:B]).index_select(0, widen)  # (B*n, V)
+            stepper.select(widen)
+        else:
+            log_probs = stepper(tokens)
+        if rules.active:
+            log_probs = rules.apply(log_probs, step, tokens, widen)
+        log_probs = _force_eos(log_probs, step >= row_max)
+        drawn = sample_next(
+            log_probs, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
+        )
+        drawn = drawn.masked_fill(done, PAD_ID)
+        raw += log_probs.gather(1, drawn[:, None]).squeeze(1).masked_fill(done, 0.0)
+        lengths += (~done).long()
+        tokens = torch.cat([tokens, drawn[:, None]], dim=1)
+        done |= drawn == EOS_ID
+        if bool(done.all()):
+            break
+    scores = (raw / length_penalty(lengths.float(), alpha)).tolist()
+    results = []
+    for b in range(B):
+        rows = range(b * n, (b + 1) * n)
+        hyps = [Hypothesis(_strip(tokens[r].tolist()), scores[r]) for r in rows]
+        results.append(sorted(hyps, key=lambda h: -h.score))
     return results
 
 

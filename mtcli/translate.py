@@ -15,9 +15,21 @@ import torch
 from mtcli.attention import align_words
 from mtcli.config import DecodeConfig
 from mtcli.data import pad, padding_mask
-from mtcli.decode import AttentionTrace, Hypothesis, beam_search, greedy
+from mtcli.decode import (
+    AttentionTrace,
+    Hypothesis,
+    Models,
+    StepRules,
+    Tracer,
+    TraceStep,
+    as_list,
+    beam_search,
+    greedy,
+    output_limit,
+    sample,
+)
 from mtcli.model import Seq2Seq
-from mtcli.tokenizer import EOS_ID, Tokenizer
+from mtcli.tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
 @dataclass
@@ -49,6 +61,7 @@ class Translation:
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), with --align
     passthrough: bool = False  # no model translates this line (no letters): it is left as is
     attention: AttentionMaps | None = None  # with align=True
+    trace: list[dict] | None = None  # with trace=True: every step of the search (JSON-ready)
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
@@ -65,25 +78,34 @@ def quantize_int8(model: Seq2Seq) -> Seq2Seq:
 
 
 class Translator:
-    """Translate text with a loaded model and tokenizer under a DecodeConfig."""
+    """Translate text with a loaded model (or an ensemble sharing one tokenizer) and its
+    tokenizer under a DecodeConfig."""
 
     def __init__(
         self,
-        model: Seq2Seq,
+        model: Models,
         tokenizer: Tokenizer,
         cfg: DecodeConfig,
         *,
         device: str | torch.device = "cpu",
         warn: Callable[[str], None] = lambda message: None,
         align: bool = False,
+        trace: bool = False,
     ):
-        self.model, self.tokenizer, self.cfg = model.eval(), tokenizer, cfg
+        self.models = [m.eval() for m in as_list(model)]
+        self.tokenizer, self.cfg = tokenizer, cfg
         self.align = align  # record attention while decoding and turn it into word alignments
+        self.trace = trace  # record every step of the search (Translation.trace)
         self.device = torch.device(device)
         self.warn = warn
         self._warned_truncation = False
         # the source and the output share the position table; keep room for the output
-        self.max_src_tokens = model.cfg.max_positions - 1
+        self.max_src_tokens = output_limit(self.models)
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+
+    @property
+    def model(self) -> Seq2Seq:
+        return self.models[0]
 
     def encode(self, line: str) -> tuple[list[int], bool]:
         """Source ids ending in EOS, cut to the model's positions; and whether it was cut."""
@@ -99,36 +121,57 @@ class Translator:
                 self._warned_truncation = True
         return ids + [EOS_ID], truncated
 
-    def search(self, src: list[list[int]]) -> list[list[Hypothesis]]:
-        """Decode one batch of source id lists; n-best lists in the same order."""
+    def search(
+        self,
+        src: list[list[int]],
+        prefixes: list[list[int]] | None = None,
+        tracer: Tracer | None = None,
+    ) -> list[list[Hypothesis]]:
+        """Decode one batch of source id lists (each output starting with its prefix, when
+        given); n-best lists in the same order."""
         src_ids = pad(src).to(self.device)  # (B, S)
         src_mask = padding_mask(src_ids)
         cfg = self.cfg
+        forced = None  # (B, P) target ids each output starts with, PAD where free
+        if prefixes and any(prefixes):
+            forced = pad([p or [PAD_ID] for p in prefixes]).to(self.device)
+        rules = StepRules(forced, cfg.no_repeat_ngram)
         common = dict(
             max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, alpha=cfg.length_penalty,
-            use_cache=cfg.use_cache, with_attention=self.align,
+            use_cache=cfg.use_cache, rules=rules,
         )  # fmt: skip
+        if cfg.sample:
+            return sample(
+                self.models, src_ids, src_mask, n=cfg.nbest, temperature=cfg.temperature,
+                top_k=cfg.top_k, top_p=cfg.top_p, generator=self.generator, **common,
+            )  # fmt: skip
+        common.update(with_attention=self.align, tracer=tracer)
         if cfg.beam_size == 1:
-            return [[h] for h in greedy(self.model, src_ids, src_mask, **common)]
+            return [[h] for h in greedy(self.models, src_ids, src_mask, **common)]
         return beam_search(
-            self.model, src_ids, src_mask, beam_size=cfg.beam_size, nbest=cfg.nbest, **common
+            self.models, src_ids, src_mask, beam_size=cfg.beam_size, nbest=cfg.nbest, **common
         )
 
     def _batches(self, lengths: list[int]) -> Iterator[list[int]]:
-        """Indices sorted by length, cut so padded source tokens x beam stay under budget."""
+        """Indices sorted by length, cut so padded source tokens x rows per sentence (the beam,
+        or the draws when sampling) stay under budget."""
+        per_sentence = self.cfg.nbest if self.cfg.sample else self.cfg.beam_size
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         batch: list[int] = []
         for i in order:
             width = max(lengths[i], max((lengths[j] for j in batch), default=0))
-            if batch and (len(batch) + 1) * width * self.cfg.beam_size > self.cfg.batch_tokens:
+            if batch and (len(batch) + 1) * width * per_sentence > self.cfg.batch_tokens:
                 yield batch
                 batch = []
             batch.append(i)
         if batch:
             yield batch
 
-    def translate_chunk(self, lines: list[str]) -> list[Translation]:
-        """Translate a list of lines, sorted internally by length, returned in input order."""
+    def translate_chunk(
+        self, lines: list[str], prefixes: list[str | None] | None = None
+    ) -> list[Translation]:
+        """Translate a list of lines, sorted internally by length, returned in input order.
+        `prefixes[i]`, when given, is text line i's translation must start with."""
         results: list[Translation | None] = [None] * len(lines)
         encoded = []
         for i, line in enumerate(lines):
@@ -137,15 +180,22 @@ class Translator:
                 # an empty line stays an empty line
                 results[i] = Translation(line, "", 0.0, alignment=[] if self.align else None)
             else:
-                encoded.append((i, *self.encode(text)))
-        lengths = [len(ids) for _, ids, _ in encoded]
+                prefix = prefixes[i] if prefixes else None
+                prefix_ids = self.tokenizer.encode_tgt(prefix) if prefix else []
+                encoded.append((i, *self.encode(text), prefix_ids))
+        lengths = [len(ids) for _, ids, _, _ in encoded]
         for batch in self._batches(lengths):
-            nbests = self.search([encoded[j][1] for j in batch])
-            for j, hyps in zip(batch, nbests, strict=True):
-                i, src_ids, truncated = encoded[j]
+            tracer = Tracer() if self.trace else None
+            nbests = self.search(
+                [encoded[j][1] for j in batch], [encoded[j][3] for j in batch], tracer
+            )
+            for position, (j, hyps) in enumerate(zip(batch, nbests, strict=True)):
+                i, src_ids, truncated, _ = encoded[j]
                 texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]
                 best_text, best_score = texts[0] if texts else ("", float("-inf"))
                 results[i] = Translation(lines[i], best_text, best_score, texts, truncated)
+                if tracer is not None:
+                    results[i].trace = self._readable(_steps_of(tracer, position))
                 if self.align and hyps:
                     attention = self._attention(src_ids, hyps[0])
                     results[i].attention = attention
@@ -164,26 +214,65 @@ class Translator:
         """Translate lines (or ready-made chunks of lines) and yield results in input order."""
         return stream(self.translate_chunk, lines, self.cfg.chunk_lines)
 
+    def _readable(self, steps: list[TraceStep]) -> list[dict]:
+        """A trace as JSON: token ids with their pieces, probabilities, scores, finished texts."""
+        piece = self.tokenizer.tgt.id_to_piece
+        return [
+            {
+                "step": s.step,
+                "beams": [
+                    {
+                        "prefix": r.prefix,
+                        "fed": piece(r.prefix[-1]) if r.prefix else "<s>",
+                        "score": round(r.score, 4),
+                        "next": [[t, piece(t), round(p, 4)] for t, p in r.top],
+                    }
+                    for r in s.rows
+                ],
+                "finished": [
+                    {"text": self.tokenizer.decode_tgt(tokens), "score": round(score, 4)}
+                    for _, tokens, score in s.finished
+                ],
+            }
+            for s in steps
+        ]
+
+
+def _steps_of(tracer: Tracer, sentence: int) -> list[TraceStep]:
+    """The trace of one sentence of a batch (its rows and finished hypotheses only)."""
+    steps = []
+    for step in tracer.steps:
+        rows = [r for r in step.rows if r.sentence == sentence]
+        finished = [f for f in step.finished if f[0] == sentence]
+        if rows:
+            steps.append(TraceStep(step.step, rows, finished))
+    return steps
+
+
+def chunks(lines: Iterable[str] | Iterable[list[str]], chunk_lines: int) -> Iterator[list[str]]:
+    """Plain lines `chunk_lines` at a time (memory stays bounded on any input); chunks a
+    reader made (textio.read_chunks: what a pipe had ready) as each one arrives, never held
+    for the next."""
+    it = iter(lines)
+    first = next(it, None)
+    if first is None:
+        return
+    if isinstance(first, list):
+        yield from itertools.chain([first], it)
+        return
+    it = itertools.chain([first], it)
+    while chunk := list(itertools.islice(it, chunk_lines)):
+        yield [line.rstrip("\r\n") for line in chunk]
+
 
 def stream(
     translate_chunk: Callable[[list[str]], list[Translation]],
     lines: Iterable[str] | Iterable[list[str]],
     chunk_lines: int,
 ) -> Iterator[Translation]:
-    """Results in input order, chunk by chunk. Plain lines are read `chunk_lines` at a time
-    (memory stays bounded on any input); chunks a reader made (textio.read_chunks: what a
-    pipe had ready) are translated the moment each one arrives, never held for the next."""
-    it = iter(lines)
-    first = next(it, None)
-    if first is None:
-        return
-    if isinstance(first, list):
-        for chunk in itertools.chain([first], it):
-            yield from translate_chunk(chunk)
-        return
-    it = itertools.chain([first], it)
-    while chunk := list(itertools.islice(it, chunk_lines)):
-        yield from translate_chunk([line.rstrip("\r\n") for line in chunk])
+    """Results in input order, chunk by chunk (see `chunks`)."""
+    for chunk in chunks(lines, chunk_lines):
+        yield from translate_chunk(chunk)
 
 
 class Router:
@@ -206,7 +295,9 @@ class Router:
         self.chunk_lines, self.warn = chunk_lines, warn
         self._translators: dict[str, Translator | None] = {}
 
-    def translate_chunk(self, lines: list[str]) -> list[Translation]:
+    def translate_chunk(
+        self, lines: list[str], prefixes: list[str | None] | None = None
+    ) -> list[Translation]:
         results = [Translation(line, line, 0.0, passthrough=True) for line in lines]
         groups: dict[str, list[int]] = {}
         for i, line in enumerate(lines):
@@ -217,7 +308,8 @@ class Router:
         for language, rows in groups.items():
             translator = self._translator(language)
             if translator is not None:
-                translated = translator.translate_chunk([lines[i] for i in rows])
+                wanted = [prefixes[i] for i in rows] if prefixes else None
+                translated = translator.translate_chunk([lines[i] for i in rows], wanted)
                 for i, result in zip(rows, translated, strict=True):
                     results[i] = result
         return results

@@ -242,15 +242,11 @@ def flag(key: str) -> str:
     return "--" + key.removeprefix("model.").replace("_", "-")
 
 
-def build_decode_config(
-    beam_size, greedy, length_penalty, max_len_a, max_len_b, nbest, batch_tokens
-) -> DecodeConfig:
+def build_decode_config(greedy: bool = False, **flags) -> DecodeConfig:
     """DecodeConfig from the decoding flags, each value checked (named by its flag)."""
-    values = dict(
-        beam_size=1 if greedy else beam_size, length_penalty=length_penalty,
-        max_len_a=max_len_a, max_len_b=max_len_b, nbest=1 if greedy else nbest,
-        batch_tokens=batch_tokens,
-    )  # fmt: skip
+    values = {k: v for k, v in flags.items() if v is not None}
+    if greedy:
+        values.update(beam_size=1, nbest=1)
     layer = Layer(values, lambda key, value: f"{flag(key)} {value}", cls=DecodeConfig)
     return build_from_layers(DecodeConfig, [layer])
 

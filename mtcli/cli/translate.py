@@ -40,6 +40,8 @@ def format_result(t, fmt: str) -> str:
     }
     if t.passthrough:
         record["passthrough"] = True  # no model translates this line: it is left as it was
+    if t.trace is not None:
+        record["trace"] = t.trace
     if t.alignment is not None:
         record["alignment"] = [list(pair) for pair in t.alignment]
     return json.dumps(record, ensure_ascii=False)
@@ -65,7 +67,9 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @click.option(
     "--model",
     "-m",
-    help="Model name (`mtcli models`) or directory.  [default: by the script of each line]",
+    "models",
+    multiple=True,
+    help="Model name (`mtcli models`) or directory; repeat for an ensemble.  [default: by the script of each line]",
 )
 @click.option("--from", "src_lang", help="Source language: use the installed model from it (e.g. zh).")  # fmt: skip
 @click.option("--to", "tgt_lang", help="Target language: use the installed model into it (e.g. en).")  # fmt: skip
@@ -84,6 +88,18 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     type=click.Choice(["text", "tsv", "jsonl"]),
     default="text",
     show_default=True,
+    help="tsv input: source, then anything, then a prefix in the third column.",
+)
+@click.option("--prefix", help="Every translation starts with this text; the model finishes it.")
+@click.option(
+    "--sample", is_flag=True, help="Draw each token instead of searching (--nbest draws per line)."
+)
+@click.option("--temperature", type=float, help="Sampling: softmax(logits / T).  [default: 1.0]")
+@click.option("--top-k", type=int, help="Sampling: the k most probable tokens only (0 = all).")
+@click.option("--top-p", type=float, help="Sampling: the smallest set of tokens holding this probability.")  # fmt: skip
+@click.option("--seed", type=int, help="Sampling: the same seed draws the same outputs.  [default: 0]")  # fmt: skip
+@click.option(
+    "--trace", is_flag=True, help="Show every step of the search on stderr (jsonl: in the JSON)."
 )
 @click.option(
     "--quantize",
@@ -96,8 +112,8 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
 @decode_options
 def translate_command(
-    text, model, src_lang, tgt_lang, input_file, output_path, force, fmt, quantize, align, quiet,
-    device, threads, **decode,
+    text, models, src_lang, tgt_lang, input_file, output_path, force, fmt, prefix, sample,
+    temperature, top_k, top_p, seed, trace, quantize, align, quiet, device, threads, **decode,
 ) -> None:  # fmt: skip
     """Translate TEXT, or stdin line by line (one output line per input line).
 
@@ -107,43 +123,76 @@ def translate_command(
     """
     if align and fmt == "text":
         raise click.BadParameter("--align needs --format tsv or jsonl", param_hint="--align")
-    cfg = build_decode_config(**decode)
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    if not sample and any(v is not None for v in sampling.values()):
+        raise click.UsageError("--temperature, --top-k, --top-p and --seed need --sample")
+    if trace and sample:
+        raise click.UsageError("--trace shows a search; it does not trace --sample")
+    cfg = build_decode_config(sample=sample, **sampling, **decode)
     check_output_file(output_path, "--output", force)
-    model_dir = chosen_model(model, src_lang, tgt_lang)
+    paths = [chosen_model(m) for m in models] or [chosen_model(None, src_lang, tgt_lang)]
     from mtcli.registry import for_direction, source_language  # after the checks: torch below
-    from mtcli.translate import Router
+    from mtcli.translate import Router, chunks
 
     device = runtime_device(device, threads)
     say = (lambda m: None) if quiet else warn
 
-    def translator(path):
-        return _load_translator(path, cfg, device, quantize, align, say)
+    def translator(paths):
+        return _load_translator(paths, cfg, device, quantize, align, trace, say)
 
-    if model_dir is not None:
-        engine = translator(model_dir)
-    else:
-        engine = Router(
-            source_language,
-            lambda language: translator(info.path) if (info := for_direction(language, None)) else None,
-            cfg.chunk_lines,
-            say,
-        )  # fmt: skip
-    results = engine.translate_stream(_input_lines(text, input_file, cfg.chunk_lines))
+    def for_language(language):
+        info = for_direction(language, None)
+        return translator([info.path]) if info else None
+
+    engine = (
+        translator(paths)
+        if paths[0] is not None
+        else Router(source_language, for_language, cfg.chunk_lines, say)
+    )
+    lines = _input_lines(text, input_file, cfg.chunk_lines)
     with _output(output_path) as out, _progress(input_file, quiet) as advance:
-        for result in results:
-            out.write(format_result(result, fmt) + "\n")
-            out.flush()  # a pipeline sees each line as soon as it is translated
-            advance()
+        for chunk in chunks(lines, cfg.chunk_lines):
+            sources, prefixes = _split_inputs(chunk, fmt, prefix)
+            for result in engine.translate_chunk(sources, prefixes):
+                out.write(format_result(result, fmt) + "\n")
+                out.flush()  # a pipeline sees each line as soon as it is translated
+                if trace and fmt != "jsonl" and result.trace:
+                    console.print(render_trace(result), markup=False, soft_wrap=True)
+                advance()
 
 
-def _load_translator(path, cfg, device, quantize: str, align: bool, warn_once):
-    """A Translator for the model directory `path`."""
-    from mtcli.checkpoint import load_model
+def _split_inputs(chunk: list[str], fmt: str, prefix: str | None):
+    """Source lines and their prefixes: --prefix for all, or a tsv line's third column."""
+    if fmt != "tsv":
+        return chunk, ([prefix] * len(chunk) if prefix else None)
+    columns = [line.split("\t") for line in chunk]
+    prefixes = [c[2] if len(c) > 2 and c[2] else prefix for c in columns]
+    return [c[0] for c in columns], (prefixes if any(prefixes) else None)
+
+
+def render_trace(result) -> str:
+    """The steps of a search as a plain table: per step and beam, the token fed back into the
+    decoder, the beam's score, and the most probable next tokens; then what finished."""
+    out = [f"trace of: {result.source}", "step  beam  fed           score  next tokens (probability)"]  # fmt: skip
+    for step in result.trace:
+        for b, beam in enumerate(step["beams"]):
+            nexts = "  ".join(f"{piece} {p:.2f}" for _, piece, p in beam["next"])
+            out.append(f"{step['step']:>4}  {b:>4}  {beam['fed']:<10}  {beam['score']:>7.3f}  {nexts}")  # fmt: skip
+        for done in step["finished"]:
+            out.append(f"            finished: {done['text']}  (score {done['score']:.3f})")
+    return "\n".join(out)
+
+
+def _load_translator(paths, cfg, device, quantize: str, align: bool, trace: bool, warn_once):
+    """A Translator for one model directory, or an ensemble of several."""
+    from mtcli.checkpoint import load_ensemble
     from mtcli.translate import Translator, quantize_int8
 
-    loaded = load_model(path, device)
-    net = quantize_int8(loaded.model) if quantize == "int8" else loaded.model
-    return Translator(net, loaded.tokenizer, cfg, device=device, warn=warn_once, align=align)
+    loaded = load_ensemble(paths, device)
+    nets = [quantize_int8(m.model) if quantize == "int8" else m.model for m in loaded]
+    return Translator(
+        nets, loaded[0].tokenizer, cfg, device=device, warn=warn_once, align=align, trace=trace
+    )
 
 
 @contextlib.contextmanager

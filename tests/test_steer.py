@@ -109,6 +109,7 @@ def test_a_model_ensembled_with_itself_is_the_model(tiny_model):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
 
 
+@torch.no_grad()
 def test_an_ensemble_averages_log_probabilities_at_step_one():
     """Two different models: the traced first-step probabilities are exp of the mean of
     their log-softmaxes, computed by hand."""
@@ -200,6 +201,7 @@ def test_no_repeat_ngram_leaves_no_ngram_twice():
 
 
 # ---------------------------------------------------------------- traces
+@torch.no_grad()
 def test_a_trace_is_reproduced_by_feeding_tokens_by_hand(tiny_model):
     """Every traced beam row: feeding its prefix through the model one token at a time, with
     no cache, gives the traced top probabilities; the finished hypotheses are the n-best."""

@@ -30,6 +30,49 @@ from mtcli.train import train  # noqa: E402
 from mtcli.translate import Translator  # noqa: E402
 
 
+def run_quality(
+    corpus: str, minutes: float, vocab_size: int, precision: str, attention: str = "dot"
+) -> dict:
+    """Train the default model for `minutes`, then score the test set; the result record."""
+    work = Path(tempfile.mkdtemp(prefix=f"mtcli-bench-{corpus}-"))
+    manifest = prepare(corpus, work / "data", PrepareOptions(from_dir=str(SHARED / corpus / "raw")))
+    data = work / "data"
+    train_tokenizer(
+        data / "train.src",
+        data / "train.tgt",
+        work / "tok",
+        TokenizerOptions(vocab_size=vocab_size),
+    )
+    cfg = TrainConfig(
+        src=str(data / "train.src"), tgt=str(data / "train.tgt"),
+        valid_src=str(data / "valid.src"), valid_tgt=str(data / "valid.tgt"),
+        tokenizer=str(work / "tok"), out=str(work / "run"), src_lang=manifest["src_lang"],
+        tgt_lang=manifest["tgt_lang"], max_time=minutes, warmup=1000, lr_factor=1.0,
+        valid_every=500, valid_bleu_lines=300, precision=precision,
+        model=ModelConfig(attention=attention),
+    )  # fmt: skip
+    result, train_seconds = timed(lambda: train(cfg))
+    rates = [
+        r["tokens_per_s"]
+        for r in map(json.loads, (work / "run" / "metrics.jsonl").read_text().splitlines())
+        if r["kind"] == "train" and r["step"] > 1
+    ]
+    loaded = load_model(work / "run" / "best")
+    sources, refs = read_lines(data / "test.src"), read_lines(data / "test.tgt")
+    translator = Translator(loaded.model, loaded.tokenizer, DecodeConfig(beam_size=5))
+    hyps, decode_seconds = timed(lambda: [t.text for t in translator.translate_stream(sources)])
+    opts = MetricOptions(bleu_tokenizer_for(manifest["tgt_lang"]), 0, ("bleu", "chrf"))
+    scores = {s.name: round(s.score, 2) for s in score_system(hyps, [refs], opts)}
+    return {
+        "corpus": corpus, "minutes": minutes, "precision": precision, "attention": attention,
+        "steps": result.step, "train_seconds": round(train_seconds), "best_checkpoint_step": loaded.config["step"],
+        "tgt_tokens_per_s": round(sum(rates) / max(len(rates), 1)),
+        "test_lines": len(sources), "beam": 5, "bleu_tokenize": opts.tokenize, **scores,
+        "decode_seconds": round(decode_seconds, 1), "parameters": loaded.model.num_parameters(),
+        "threads": torch.get_num_threads(), "peak_rss_mb": round(peak_rss_mb()),
+    }  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -39,38 +82,7 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix=f"mtcli-bench-{args.corpus}-"))
-    manifest = prepare(
-        args.corpus, work / "data", PrepareOptions(from_dir=str(SHARED / args.corpus / "raw"))
-    )
-    data = work / "data"
-    train_tokenizer(
-        data / "train.src",
-        data / "train.tgt",
-        work / "tok",
-        TokenizerOptions(vocab_size=args.vocab_size),
-    )
-    cfg = TrainConfig(
-        src=str(data / "train.src"), tgt=str(data / "train.tgt"),
-        valid_src=str(data / "valid.src"), valid_tgt=str(data / "valid.tgt"),
-        tokenizer=str(work / "tok"), out=str(work / "run"), src_lang=manifest["src_lang"],
-        tgt_lang=manifest["tgt_lang"], max_time=args.minutes, warmup=1000, lr_factor=1.0,
-        valid_every=500, valid_bleu_lines=300, precision=args.precision, model=ModelConfig(),
-    )  # fmt: skip
-    result, train_seconds = timed(lambda: train(cfg))
-    loaded = load_model(work / "run" / "best")
-    sources, refs = read_lines(data / "test.src"), read_lines(data / "test.tgt")
-    translator = Translator(loaded.model, loaded.tokenizer, DecodeConfig(beam_size=5))
-    hyps, decode_seconds = timed(lambda: [t.text for t in translator.translate_stream(sources)])
-    opts = MetricOptions(bleu_tokenizer_for(manifest["tgt_lang"]), 0, ("bleu", "chrf"))
-    scores = {s.name: round(s.score, 2) for s in score_system(hyps, [refs], opts)}
-    record = {
-        "corpus": args.corpus, "minutes": args.minutes, "precision": args.precision,
-        "steps": result.step, "train_seconds": round(train_seconds), "best_checkpoint_step": loaded.config["step"],
-        "test_lines": len(sources), "beam": 5, "bleu_tokenize": opts.tokenize, **scores,
-        "decode_seconds": round(decode_seconds, 1), "parameters": loaded.model.num_parameters(),
-        "threads": torch.get_num_threads(), "peak_rss_mb": round(peak_rss_mb()),
-    }  # fmt: skip
+    record = run_quality(args.corpus, args.minutes, args.vocab_size, args.precision)
     write_result(f"quality-{args.corpus}", record)
     print(json.dumps(record, indent=2))
 

@@ -103,6 +103,25 @@ def table() -> str:
             ("serve", "concurrent / sequential", "ratio", f"{sv['throughput_ratio']:.2f}x"),
             ("serve", "server peak RSS", "MB", str(sv["server_peak_rss_mb"])),
         ]
+    if at := _load("attention"):
+        for kind, r in at["results"].items():
+            value = f"{r['BLEU']:.2f} | {r['chrF2']:.2f} | {r['tgt_tokens_per_s']:,} ({r['steps']} steps)"
+            rows.append(
+                (
+                    "attention",
+                    f"{kind}, {at['minutes']:g} min CPU",
+                    "BLEU | chrF2 | tgt tok/s",
+                    value,
+                )
+            )
+        rows.append(
+            (
+                "attention",
+                "additive / dot training speed",
+                "ratio",
+                f"{at['additive_vs_dot_speed']:.2f}x",
+            )
+        )
     for corpus in ("multi30k-en-de", "tatoeba-en-zh"):
         if q := _load(f"quality-{corpus}"):
             rows.append(
@@ -124,7 +143,7 @@ def table() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
-    ap.add_argument("--only", default="train,decode,serve,quality")
+    ap.add_argument("--only", default="train,decode,serve,attention,quality")
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
     if not args.table:
@@ -135,6 +154,8 @@ def main() -> None:
             _run("decode.py", "--lines", "1000")
         if "serve" in only:
             _run("serve.py")
+        if "attention" in only:
+            _run("attention.py")
         if "quality" in only:
             _run("quality.py", "--corpus", "multi30k-en-de", "--minutes", args.minutes)
             _run("quality.py", "--corpus", "tatoeba-en-zh", "--minutes", args.minutes)

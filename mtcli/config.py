@@ -50,6 +50,8 @@ class ModelConfig:
     pre_norm: bool = False  # post-norm as in the paper; pre-norm trains more stably when deep
     share_embeddings: bool = True  # one matrix for source and target (needs a joint vocabulary)
     tie_output: bool = True  # output projection reuses the target embedding (paper, sec. 3.4)
+    attention: str = "dot"  # encoder-decoder scores: "dot" (scaled dot product, the paper) or
+    # "additive" (Bahdanau et al. 2015, vᵀ tanh(W_q q + W_k k)), to compare what the paper chose
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -193,6 +195,7 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "activation_dropout": PROBABILITY,
         "max_positions": Limit(low=2),
         "activation": Limit(choices=("relu", "gelu")),
+        "attention": Limit(choices=("dot", "additive")),
     },
     TrainConfig: {
         "vocab_size": Limit(low=8),

@@ -42,12 +42,17 @@ def causal_mask(n_query: int, n_key: int, device: torch.device | None = None) ->
     return k <= q
 
 
-def attention_probs(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
-    """softmax(Q Kᵀ / √K) with masked keys at zero weight. q (B,H,Tq,K), k (B,H,Tk,K) -> (B,H,Tq,Tk)."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax over the last axis with masked (False) keys at exactly zero weight."""
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return scores.softmax(dim=-1)
+
+
+def attention_probs(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(Q Kᵀ / √K) with masked keys at zero weight. q (B,H,Tq,K), k (B,H,Tk,K) -> (B,H,Tq,Tk)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    return masked_softmax(scores, mask)
 
 
 def attend(
@@ -88,6 +93,17 @@ def attend(
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
     )
+
+
+def additive_scores(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Additive attention (Bahdanau et al. 2015), per head: score(q, k) = vᵀ tanh(W_q q + W_k k).
+
+    q (B, H, Tq, K) is already W_q q and k (B, H, Tk, K) already W_k k (the heads' slices of
+    the query and key projections); v (H, K) is each head's scoring vector -> (B, H, Tq, Tk).
+    Unlike the dot product it needs every (query, key) pair's K features: (B, H, Tq, Tk, K).
+    """
+    features = torch.tanh(q[:, :, :, None, :] + k[:, :, None, :, :])  # (B, H, Tq, Tk, K)
+    return torch.einsum("bhqsk,hk->bhqs", features, v)
 
 
 class _Heads(nn.Module):
@@ -158,12 +174,31 @@ class SelfAttention(_Heads):
 
 
 class CrossAttention(_Heads):
-    """Encoder-decoder attention: queries from the decoder, keys/values from the encoder output."""
+    """Encoder-decoder attention: queries from the decoder, keys/values from the encoder output.
 
-    def __init__(self, d_model: int, n_heads: int, attention_dropout: float = 0.0):
+    Scores are the paper's scaled dot product, or with `additive` the older additive form
+    vᵀ tanh(W_q q + W_k k) (see additive_scores); either way the cache keeps W_k k and W_v v
+    of the source once per sentence.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, attention_dropout: float = 0.0, additive: bool = False
+    ):
         super().__init__(d_model, n_heads, attention_dropout)
         self.q_proj = nn.Linear(d_model, d_model)
         self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.score_v = nn.Parameter(torch.empty(n_heads, d_model // n_heads)) if additive else None
+        if additive:
+            nn.init.normal_(self.score_v, std=(d_model // n_heads) ** -0.5)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, record, layer: int) -> Tensor:
+        """q (B, H, Tq, K), k/v (B, H, S, K) -> (B, H, Tq, K) by dot-product or additive scores."""
+        if self.score_v is None:
+            return attend(q, k, v, mask, dropout_p=self.dropout_p, record=record, layer=layer)
+        probs = masked_softmax(additive_scores(q, k, self.score_v), mask)  # (B, H, Tq, S)
+        if record is not None:
+            record.add(layer, probs)
+        return F.dropout(probs, self.dropout_p, self.training) @ v
 
     def forward(
         self,
@@ -186,12 +221,12 @@ class CrossAttention(_Heads):
         g = q.size(0) // k.size(0)
         record = cache.record if cache is not None else None
         if g == 1:
-            out = attend(q, k, v, mask, dropout_p=self.dropout_p, record=record, layer=layer)
+            out = self._attend(q, k, v, mask, record, layer)
         elif record is not None:  # attention traces are per decoder row: one copy per row
             k, v = k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)
-            out = attend(q, k, v, mask, record=record, layer=layer)
+            out = self._attend(q, k, v, mask, record, layer)
         else:
-            grouped = attend(_beams_as_queries(q, g), k, v, mask[::g], dropout_p=self.dropout_p)
+            grouped = self._attend(_beams_as_queries(q, g), k, v, mask[::g], None, layer)
             out = _queries_as_beams(grouped, g)
         return self.merge(out)  # (N, T, D)
 
@@ -269,7 +304,9 @@ class DecoderLayer(_Sublayers):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg.d_model, 3, cfg.dropout, cfg.pre_norm)
         self.self_attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.cross_attn = CrossAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = CrossAttention(
+            cfg.d_model, cfg.n_heads, cfg.attention_dropout, additive=cfg.attention == "additive"
+        )
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.activation_dropout)
 
     def forward(

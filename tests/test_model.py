@@ -241,3 +241,52 @@ def test_export_averages_checkpoints(tmp_path, enzh_tokenizer):
     )
     with pytest.raises(UserError, match="model config differs"):
         export_model([tmp_path / "c1", tmp_path / "c3"], tmp_path / "bad")
+
+
+@torch.no_grad()
+def test_additive_score_of_one_head_by_hand():
+    """One head's additive score equals vᵀ tanh(W_q q + W_k k) written out with loops."""
+    from mtcli.model import CrossAttention, additive_scores
+
+    torch.manual_seed(0)
+    att = CrossAttention(d_model=4, n_heads=2, additive=True)
+    x, memory = torch.randn(1, 2, 4), torch.randn(1, 3, 4)  # 2 queries, 3 keys
+    q = att.split(att.q_proj(x))  # (1, 2, 2, 2)
+    k = att.split(att.kv_proj(memory).chunk(2, dim=-1)[0])  # (1, 2, 3, 2)
+    scores = additive_scores(q, k, att.score_v)  # (1, H, 2, 3)
+    head = 1
+    Wq, bq = att.q_proj.weight[2:4], att.q_proj.bias[2:4]  # head 1's rows of W_q
+    Wk, bk = att.kv_proj.weight[2:4], att.kv_proj.bias[2:4]  # head 1's rows of W_k
+    v = att.score_v[head]
+    for i in range(2):
+        for j in range(3):
+            hidden = [
+                math.tanh(sum(Wq[r, c] * x[0, i, c] for c in range(4)) + bq[r]
+                          + sum(Wk[r, c] * memory[0, j, c] for c in range(4)) + bk[r])
+                for r in range(2)
+            ]  # fmt: skip
+            by_hand = sum(float(v[r]) * float(hidden[r]) for r in range(2))
+            assert float(scores[0, head, i, j]) == pytest.approx(by_hand, abs=1e-5)
+
+
+def test_additive_attention_cached_equals_recompute_and_masks_padding():
+    """With additive cross-attention: cached decoding equals recomputation, and padded source
+    positions get exactly zero attention."""
+    from mtcli.decode import BOS_ID, beam_search
+    from mtcli.kv_cache import AttentionRecord
+
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config(attention="additive")).eval()
+    src = torch.tensor([[5, 6, 7, 3, 0, 0], [8, 9, 10, 11, 12, 3]])
+    mask = src != 0
+    memory = model.encode(src, mask)
+    tgt = torch.tensor([[BOS_ID, 5, 6, 7], [BOS_ID, 8, 9, 10]])
+    cache = model.new_cache(8, AttentionRecord())
+    for t in range(tgt.size(1)):
+        step = model.decode(tgt[:, t : t + 1], memory, mask, cache)[:, -1]
+        full = model.decode(tgt[:, : t + 1], memory, mask)[:, -1]
+        torch.testing.assert_close(step, full, atol=1e-5, rtol=0)
+    probs = cache.record.layers[0][0]  # (B, H, 1, S)
+    assert torch.all(probs[0, :, :, 4:] == 0)
+    hyps = beam_search(model, src, mask, beam_size=3, with_attention=True, max_len_b=4)
+    assert hyps[0][0].attention.cross.shape[-1] == 4  # traced over the real source tokens

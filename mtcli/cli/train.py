@@ -58,6 +58,7 @@ FLAGS = {
     "dropout": "model.dropout",
     "pre_norm": "model.pre_norm",
     "activation": "model.activation",
+    "attention": "model.attention",
 }
 FLAG_OF = {field: "--" + name.replace("_", "-") for name, field in FLAGS.items()}
 
@@ -216,6 +217,11 @@ def assemble_config(config_path, flags: dict, resume: str | None, restart: bool)
 @click.option("--dropout", type=float, help="[default: 0.1]")
 @click.option("--pre-norm/--post-norm", default=None, help="LayerNorm placement.  [default: post-norm]")  # fmt: skip
 @click.option("--activation", type=click.Choice(["relu", "gelu"]), help="[default: relu]")
+@click.option(
+    "--attention",
+    type=click.Choice(["dot", "additive"]),
+    help="Cross-attention scores.  [default: dot]",
+)
 def train_command(config_path, resume, restart, force, **flags) -> None:
     """Train a Transformer; checkpoints go to OUT/best, OUT/last and OUT/step-N.
 

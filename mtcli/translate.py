@@ -14,6 +14,7 @@ import torch
 
 from mtcli.attention import align_words
 from mtcli.config import DecodeConfig
+from mtcli.constraints import constrained_beam_search
 from mtcli.data import pad, padding_mask
 from mtcli.decode import (
     AttentionTrace,
@@ -91,8 +92,11 @@ class Translator:
         warn: Callable[[str], None] = lambda message: None,
         align: bool = False,
         trace: bool = False,
+        constraints: Callable[[str], list[list[int]]] | None = None,
     ):
         self.models = [m.eval() for m in as_list(model)]
+        # the target phrases (token ids) a line's translation must contain: a glossary's terms
+        self.constraints = constraints
         self.tokenizer, self.cfg = tokenizer, cfg
         self.align = align  # record attention while decoding and turn it into word alignments
         self.trace = trace  # record every step of the search (Translation.trace)
@@ -183,6 +187,8 @@ class Translator:
                 prefix = prefixes[i] if prefixes else None
                 prefix_ids = self.tokenizer.encode_tgt(prefix) if prefix else []
                 encoded.append((i, *self.encode(text), prefix_ids))
+        if self.constraints is not None:
+            encoded = self._constrained(lines, encoded, results)
         lengths = [len(ids) for _, ids, _, _ in encoded]
         for batch in self._batches(lengths):
             tracer = Tracer() if self.trace else None
@@ -204,6 +210,30 @@ class Translator:
                         tgt_has_spaces=" " in best_text,
                     )  # fmt: skip
         return results  # type: ignore[return-value]
+
+    def _constrained(self, lines: list[str], encoded: list, results: list) -> list:
+        """Translate the lines whose constraints are not empty one by one with constrained
+        beam search (into `results`); return the others, for the usual batches untouched."""
+        plain = []
+        for item in encoded:
+            i, src_ids, truncated, _ = item
+            phrases = [p for p in self.constraints(lines[i]) if p]
+            if not phrases:
+                plain.append(item)
+                continue
+            src = torch.tensor([src_ids], device=self.device)
+            hyps = constrained_beam_search(
+                self.models, src, src != PAD_ID, phrases, beam_size=max(self.cfg.beam_size, 2),
+                alpha=self.cfg.length_penalty, max_len_a=self.cfg.max_len_a,
+                max_len_b=self.cfg.max_len_b, nbest=self.cfg.nbest,
+            )  # fmt: skip
+            if not hyps:  # the phrases did not fit in the length limit: translate freely
+                self.warn(f"line {i + 1}: its glossary terms did not fit; translated without them")
+                plain.append(item)
+                continue
+            texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]
+            results[i] = Translation(lines[i], texts[0][0], texts[0][1], texts, truncated)
+        return plain
 
     def _attention(self, src_ids: list[int], hyp: Hypothesis) -> AttentionMaps:
         src_pieces = [self.tokenizer.src.id_to_piece(i) for i in src_ids[:-1]] + ["</s>"]

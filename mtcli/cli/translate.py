@@ -99,6 +99,11 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @click.option("--top-p", type=float, help="Sampling: the smallest set of tokens holding this probability.")  # fmt: skip
 @click.option("--seed", type=int, help="Sampling: the same seed draws the same outputs.  [default: 0]")  # fmt: skip
 @click.option(
+    "--glossary",
+    type=click.Path(dir_okay=False),
+    help="TSV: source term TAB target term; each term in a line appears in its translation.",
+)
+@click.option(
     "--trace", is_flag=True, help="Show every step of the search on stderr (jsonl: in the JSON)."
 )
 @click.option(
@@ -113,7 +118,8 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @decode_options
 def translate_command(
     text, models, src_lang, tgt_lang, input_file, output_path, force, fmt, prefix, sample,
-    temperature, top_k, top_p, seed, trace, quantize, align, quiet, device, threads, **decode,
+    temperature, top_k, top_p, seed, glossary, trace, quantize, align, quiet, device, threads,
+    **decode,
 ) -> None:  # fmt: skip
     """Translate TEXT, or stdin line by line (one output line per input line).
 
@@ -128,8 +134,17 @@ def translate_command(
         raise click.UsageError("--temperature, --top-k, --top-p and --seed need --sample")
     if trace and sample:
         raise click.UsageError("--trace shows a search; it does not trace --sample")
+    if glossary and (sample or trace or align):
+        raise click.UsageError(
+            "--glossary decodes with constrained beam search: not with --sample, --trace or --align"
+        )
     cfg = build_decode_config(sample=sample, **sampling, **decode)
     check_output_file(output_path, "--output", force)
+    terms = None
+    if glossary:
+        from mtcli.glossary import Glossary
+
+        terms = Glossary.load(glossary)
     paths = [chosen_model(m) for m in models] or [chosen_model(None, src_lang, tgt_lang)]
     from mtcli.registry import for_direction, source_language  # after the checks: torch below
     from mtcli.translate import Router, chunks
@@ -138,7 +153,7 @@ def translate_command(
     say = (lambda m: None) if quiet else warn
 
     def translator(paths):
-        return _load_translator(paths, cfg, device, quantize, align, trace, say)
+        return _load_translator(paths, cfg, device, quantize, align, trace, terms, say)
 
     def for_language(language):
         info = for_direction(language, None)
@@ -183,16 +198,22 @@ def render_trace(result) -> str:
     return "\n".join(out)
 
 
-def _load_translator(paths, cfg, device, quantize: str, align: bool, trace: bool, warn_once):
+def _load_translator(paths, cfg, device, quantize: str, align: bool, trace: bool, terms, warn_once):  # fmt: skip
     """A Translator for one model directory, or an ensemble of several."""
     from mtcli.checkpoint import load_ensemble
+    from mtcli.glossary import phrase_ids
     from mtcli.translate import Translator, quantize_int8
 
     loaded = load_ensemble(paths, device)
     nets = [quantize_int8(m.model) if quantize == "int8" else m.model for m in loaded]
+    tokenizer, constraints = loaded[0].tokenizer, None
+    if terms is not None:
+        spaced = loaded[0].tgt_lang not in ("zh", "ja")  # a term starts a word only with spaces
+        constraints = lambda line: [phrase_ids(tokenizer, t, spaced) for t in terms.targets_for(line)]  # noqa: E731  # fmt: skip
     return Translator(
-        nets, loaded[0].tokenizer, cfg, device=device, warn=warn_once, align=align, trace=trace
-    )
+        nets, tokenizer, cfg, device=device, warn=warn_once, align=align, trace=trace,
+        constraints=constraints,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager

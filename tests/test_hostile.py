@@ -373,6 +373,48 @@ CASES = [
         None,
     ),  # fmt: skip
     (
+        "temperature 0",
+        ["translate", "-m", "{dir}/model", "--sample", "--temperature", "0", "x"],
+        None,
+        "--temperature 0.0: must be at least 0.0001",
+        None,
+    ),  # fmt: skip
+    (
+        "top_p above 1",
+        ["translate", "-m", "{dir}/model", "--sample", "--top-p", "2", "x"],
+        None,
+        "--top-p 2.0: must be at most 1",
+        None,
+    ),  # fmt: skip
+    (
+        "temperature without sample",
+        ["translate", "-m", "{dir}/model", "--temperature", "0.5", "x"],
+        None,
+        "need --sample",
+        None,
+    ),  # fmt: skip
+    (
+        "no repeat ngram -1",
+        ["translate", "-m", "{dir}/model", "--no-repeat-ngram", "-1", "x"],
+        None,
+        "--no-repeat-ngram -1: must be at least 0",
+        None,
+    ),  # fmt: skip
+    (
+        "glossary without tabs",
+        ["translate", "-m", "{dir}/model", "--glossary", "{dir}/notes.txt", "x"],
+        None,
+        "notes.txt:1: expected source term TAB target term",
+        None,
+    ),  # fmt: skip
+    (
+        "attention kind",
+        ["train", "--src", "{dir}/a.en", "--attention", "cosine"],
+        None,
+        "--attention",
+        None,
+    ),  # fmt: skip
+    (
         "nbest above beam",
         ["translate", "-m", "{dir}/model", "--beam-size", "2", "--nbest", "3", "x"],
         None,

@@ -239,3 +239,16 @@ def test_trace_on_the_command_line(copy_model_dir, copy_lines):
 
     trace = json.loads(result.stdout)["trace"]
     assert trace[0]["beams"][0]["fed"] == "<s>" and trace[-1]["finished"]
+
+
+def test_no_repeat_ngram_from_the_command_line(copy_model_dir, copy_lines):
+    """--no-repeat-ngram 1 on the copy model: a line with a repeated letter is copied with the
+    repeat avoided (no word twice), others stay exact copies."""
+    repeating = [line for line in copy_lines if len(set(line.split())) < len(line.split())]
+    assert repeating
+    result = CliRunner().invoke(
+        main, ["translate", "-m", str(copy_model_dir), "--no-repeat-ngram", "1"],
+        input="\n".join(repeating) + "\n",
+    )  # fmt: skip
+    for out in result.stdout.splitlines():
+        assert len(set(out.split())) == len(out.split()), out

@@ -177,7 +177,7 @@ def decode_options(func):
             default=defaults.beam_size,
             show_default=True,
             help="Beam width; 1 = greedy.",
-        ),  # fmt: skip
+        ),
         click.option("--greedy", is_flag=True, help="Greedy search (same as --beam-size 1)."),
         click.option(
             "--length-penalty",
@@ -185,14 +185,14 @@ def decode_options(func):
             default=defaults.length_penalty,
             show_default=True,
             help="GNMT alpha; 0 = none.",
-        ),  # fmt: skip
+        ),
         click.option(
             "--max-len-a",
             type=float,
             default=defaults.max_len_a,
             show_default=True,
             help="Max output = a * source tokens + b.",
-        ),  # fmt: skip
+        ),
         click.option("--max-len-b", type=int, default=defaults.max_len_b, show_default=True),
         click.option(
             "--nbest",
@@ -200,27 +200,34 @@ def decode_options(func):
             default=defaults.nbest,
             show_default=True,
             help="Hypotheses kept per line (jsonl shows all).",
-        ),  # fmt: skip
+        ),
         click.option(
             "--batch-tokens",
             type=int,
             default=defaults.batch_tokens,
             show_default=True,
             help="Padded source tokens x beam per batch.",
-        ),  # fmt: skip
+        ),
+        click.option(
+            "--no-repeat-ngram",
+            type=int,
+            default=0,
+            show_default=True,
+            help="No n-gram of this size twice in an output (0 = off).",
+        ),
         click.option(
             "--device",
             default="auto",
             show_default=True,
             type=click.Choice(["auto", "cpu", "cuda"]),
-        ),  # fmt: skip
+        ),
         click.option(
             "--threads",
             type=click.IntRange(min=0),
             default=0,
             show_default=True,
             help="CPU threads (0 = all available).",
-        ),  # fmt: skip
+        ),
     ]
     for option in reversed(options):
         func = option(func)

@@ -184,11 +184,12 @@ def clean_leftovers(folder: Path, marker: str, *, every_pid: bool = False) -> li
 
 # ---------------------------------------------------------------- what mtcli may replace
 # Each kind of directory mtcli writes, by the file that marks it and every name it may hold.
-_TOKENIZER_FILES = r"tokenizer\.json|[^/]+\.model"
+_TOKENIZER_FILES = r"tokenizer\.json|[^/]+\.model"  # a CTranslate2 export keeps these too
 _MODEL_FILES = r"config\.json|model\.safetensors|trainer_state\.pt|README\.md"  # README: its card
 KINDS = {
     "model": ("config.json", re.compile(rf"^({_MODEL_FILES}|{_TOKENIZER_FILES})$")),
     "tokenizer": ("tokenizer.json", re.compile(rf"^({_TOKENIZER_FILES})$")),
+    "ct2": ("mtcli.json", re.compile(rf"^(mtcli\.json|model\.bin|config\.json|\w+\.json|{_TOKENIZER_FILES})$")),
     "corpus": ("manifest.json", re.compile(r"^(manifest\.json|(train|valid|test)\.(src|tgt|attr))$")),
 }  # fmt: skip
 

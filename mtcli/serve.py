@@ -34,7 +34,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from mtcli.batching import Batcher, Job, QueueFull
 from mtcli.config import DecodeConfig
 from mtcli.registry import source_language
-from mtcli.translate import Translation, Translator
+from mtcli.translate import Translator
+from mtcli.translation import Translation
 
 LANGUAGE_NAMES = {"en": "English", "zh": "Chinese", "de": "German", "fr": "French"}
 PAGE = Path(__file__).resolve().parent / "web" / "index.html"

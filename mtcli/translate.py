@@ -1,14 +1,13 @@
-"""Lines in, lines out: chunked, length-sorted batches, input order kept, results streamed.
+"""mtcli's Translator: lines in, lines out, in length-sorted batches, input order kept.
 
-Prints nothing itself; warnings go to a callback the caller supplies.
+Prints nothing itself; warnings go to a callback the caller supplies. What a translation is,
+and the streaming and routing of lines, live in translation.py (no torch there).
 """
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 
 import torch
 
@@ -17,7 +16,6 @@ from mtcli.config import DecodeConfig
 from mtcli.constraints import constrained_beam_search
 from mtcli.data import pad, padding_mask
 from mtcli.decode import (
-    AttentionTrace,
     Hypothesis,
     Models,
     StepRules,
@@ -31,38 +29,7 @@ from mtcli.decode import (
 )
 from mtcli.model import Seq2Seq
 from mtcli.tokenizer import EOS_ID, PAD_ID, Tokenizer
-
-
-@dataclass
-class AttentionMaps:
-    """Every attention that produced the best hypothesis, and the pieces it is over.
-
-    source: source pieces + </s> (S); target: output pieces + </s> (T); trace: encoder
-    (L, H, S, S), encoder-decoder (L, H, T, S) and decoder (L, H, T, T) attention.
-    """
-
-    source: list[str]
-    target: list[str]
-    trace: AttentionTrace
-
-    def cross_mean(self) -> torch.Tensor:
-        """(T, S): the last decoder layer's encoder-decoder attention, averaged over heads."""
-        return self.trace.cross[-1].mean(dim=0)
-
-
-@dataclass
-class Translation:
-    """One input line's result; `nbest` holds (text, score) pairs, best first."""
-
-    source: str
-    text: str
-    score: float
-    nbest: list[tuple[str, float]] = field(default_factory=list)
-    truncated: bool = False
-    alignment: list[tuple[int, int]] | None = None  # (source word, target word), with --align
-    passthrough: bool = False  # no model translates this line (no letters): it is left as is
-    attention: AttentionMaps | None = None  # with align=True
-    trace: list[dict] | None = None  # with trace=True: every step of the search (JSON-ready)
+from mtcli.translation import AttentionMaps, Translation, stream
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
@@ -277,79 +244,3 @@ def _steps_of(tracer: Tracer, sentence: int) -> list[TraceStep]:
         if rows:
             steps.append(TraceStep(step.step, rows, finished))
     return steps
-
-
-def chunks(lines: Iterable[str] | Iterable[list[str]], chunk_lines: int) -> Iterator[list[str]]:
-    """Plain lines `chunk_lines` at a time (memory stays bounded on any input); chunks a
-    reader made (textio.read_chunks: what a pipe had ready) as each one arrives, never held
-    for the next."""
-    it = iter(lines)
-    first = next(it, None)
-    if first is None:
-        return
-    if isinstance(first, list):
-        yield from itertools.chain([first], it)
-        return
-    it = itertools.chain([first], it)
-    while chunk := list(itertools.islice(it, chunk_lines)):
-        yield [line.rstrip("\r\n") for line in chunk]
-
-
-def stream(
-    translate_chunk: Callable[[list[str]], list[Translation]],
-    lines: Iterable[str] | Iterable[list[str]],
-    chunk_lines: int,
-) -> Iterator[Translation]:
-    """Results in input order, chunk by chunk (see `chunks`)."""
-    for chunk in chunks(lines, chunk_lines):
-        yield from translate_chunk(chunk)
-
-
-class Router:
-    """Each line to the translator for its source language, in one pass that keeps order.
-
-    `language_of(line)` names the language (None: no letters, the line passes through);
-    `translator_for(language)` gives a translator, or None when no model translates it (the
-    line passes through, and `warn` says so once). Translators are asked for only when a line
-    needs them, so a pipeline of English never loads the Chinese model.
-    """
-
-    def __init__(
-        self,
-        language_of: Callable[[str], str | None],
-        translator_for: Callable[[str], Translator | None],
-        chunk_lines: int,
-        warn: Callable[[str], None] = lambda message: None,
-    ):
-        self.language_of, self.translator_for = language_of, translator_for
-        self.chunk_lines, self.warn = chunk_lines, warn
-        self._translators: dict[str, Translator | None] = {}
-
-    def translate_chunk(
-        self, lines: list[str], prefixes: list[str | None] | None = None
-    ) -> list[Translation]:
-        results = [Translation(line, line, 0.0, passthrough=True) for line in lines]
-        groups: dict[str, list[int]] = {}
-        for i, line in enumerate(lines):
-            if not line.strip():
-                results[i] = Translation(line, "", 0.0)
-            elif (language := self.language_of(line)) is not None:
-                groups.setdefault(language, []).append(i)
-        for language, rows in groups.items():
-            translator = self._translator(language)
-            if translator is not None:
-                wanted = [prefixes[i] for i in rows] if prefixes else None
-                translated = translator.translate_chunk([lines[i] for i in rows], wanted)
-                for i, result in zip(rows, translated, strict=True):
-                    results[i] = result
-        return results
-
-    def _translator(self, language: str) -> Translator | None:
-        if language not in self._translators:
-            self._translators[language] = self.translator_for(language)
-            if self._translators[language] is None:
-                self.warn(f"no installed model translates from {language}: such lines pass through")
-        return self._translators[language]
-
-    def translate_stream(self, lines: Iterable[str] | Iterable[list[str]]) -> Iterator[Translation]:
-        return stream(self.translate_chunk, lines, self.chunk_lines)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from mtcli.cli.common import console
+from mtcli.errors import UserError
 
 
 @click.command("export")
@@ -14,8 +15,33 @@ from mtcli.cli.common import console
 @click.option("--out", required=True, help="Model directory to write.")
 @click.option("--fp16/--fp32", default=True, show_default=True, help="Store weights in half precision.")  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace an --out that is not an mtcli model directory.")  # fmt: skip
-def export_command(checkpoints, out, fp16, force) -> None:
-    """Average one or more checkpoints into a compact model directory without trainer state."""
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["mtcli", "ctranslate2"]),
+    default="mtcli",
+    show_default=True,
+    help="ctranslate2: for `translate --engine ctranslate2` (pip install 'mtcli[ct2]').",
+)
+def export_command(checkpoints, out, fp16, force, fmt) -> None:
+    """Average one or more checkpoints into a compact model directory without trainer state.
+
+    \b
+    --format ctranslate2 converts one model directory to CTranslate2's format, exactly
+    (greedy outputs identical to mtcli's).
+    """
+    if fmt == "ctranslate2":
+        if len(checkpoints) > 1:
+            raise UserError(
+                "--format ctranslate2 converts one model; average first: mtcli export A B --out M"
+            )
+        from mtcli.ct2_export import export_ctranslate2
+
+        export_ctranslate2(Path(checkpoints[0]), Path(out), force=force)
+        console.print(
+            f"wrote {out} (CTranslate2; translate with --engine ctranslate2 -m {out})", markup=False
+        )
+        return
     import torch
 
     from mtcli.checkpoint import export_model

@@ -20,6 +20,7 @@ from mtcli.cli.common import (
     runtime_device,
     warn,
 )
+from mtcli.errors import UserError
 from mtcli.textio import read_chunks
 
 
@@ -107,6 +108,13 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     "--trace", is_flag=True, help="Show every step of the search on stderr (jsonl: in the JSON)."
 )
 @click.option(
+    "--engine",
+    type=click.Choice(["mtcli", "ctranslate2"]),
+    default="mtcli",
+    show_default=True,
+    help="ctranslate2: a model exported with `mtcli export --format ctranslate2` (pip install 'mtcli[ct2]').",
+)
+@click.option(
     "--quantize",
     type=click.Choice(["none", "int8"]),
     default="none",
@@ -118,8 +126,8 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @decode_options
 def translate_command(
     text, models, src_lang, tgt_lang, input_file, output_path, force, fmt, prefix, sample,
-    temperature, top_k, top_p, seed, glossary, trace, quantize, align, quiet, device, threads,
-    **decode,
+    temperature, top_k, top_p, seed, glossary, trace, engine, quantize, align, quiet, device,
+    threads, **decode,
 ) -> None:  # fmt: skip
     """Translate TEXT, or stdin line by line (one output line per input line).
 
@@ -146,29 +154,32 @@ def translate_command(
 
         terms = Glossary.load(glossary)
     paths = [chosen_model(m) for m in models] or [chosen_model(None, src_lang, tgt_lang)]
-    from mtcli.registry import for_direction, source_language  # after the checks: torch below
-    from mtcli.translate import Router, chunks
+    from mtcli.registry import for_direction, source_language
+    from mtcli.translation import Router, chunks
 
-    device = runtime_device(device, threads)
     say = (lambda m: None) if quiet else warn
+    if engine == "ctranslate2":  # neither torch nor mtcli's decoder is imported on this path
+        translator = _ct2_translator(paths, cfg, device, threads, quantize, glossary, trace, align, say)  # fmt: skip
+    else:
+        device = runtime_device(device, threads)
 
-    def translator(paths):
-        return _load_translator(paths, cfg, device, quantize, align, trace, terms, say)
+        def load(paths):
+            return _load_translator(paths, cfg, device, quantize, align, trace, terms, say)
 
-    def for_language(language):
-        info = for_direction(language, None)
-        return translator([info.path]) if info else None
+        def for_language(language):
+            info = for_direction(language, None)
+            return load([info.path]) if info else None
 
-    engine = (
-        translator(paths)
-        if paths[0] is not None
-        else Router(source_language, for_language, cfg.chunk_lines, say)
-    )
+        translator = (
+            load(paths)
+            if paths[0] is not None
+            else Router(source_language, for_language, cfg.chunk_lines, say)
+        )
     lines = _input_lines(text, input_file, cfg.chunk_lines)
     with _output(output_path) as out, _progress(input_file, quiet) as advance:
         for chunk in chunks(lines, cfg.chunk_lines):
             sources, prefixes = _split_inputs(chunk, fmt, prefix)
-            for result in engine.translate_chunk(sources, prefixes):
+            for result in translator.translate_chunk(sources, prefixes):
                 out.write(format_result(result, fmt) + "\n")
                 out.flush()  # a pipeline sees each line as soon as it is translated
                 if trace and fmt != "jsonl" and result.trace:
@@ -196,6 +207,26 @@ def render_trace(result) -> str:
         for done in step["finished"]:
             out.append(f"            finished: {done['text']}  (score {done['score']:.3f})")
     return "\n".join(out)
+
+
+def _ct2_translator(paths, cfg, device, threads, quantize, glossary, trace, align, say):
+    """CTranslate2's translator for one exported model; what it cannot do is one line."""
+    from mtcli.ct2_engine import CT2Translator
+
+    unsupported = {
+        "--glossary": glossary,
+        "--trace": trace,
+        "--align": align,
+        "an ensemble (-m twice)": len(paths) > 1,
+        "--device cuda": device == "cuda",
+    }
+    if wanted := [name for name, asked in unsupported.items() if asked]:
+        raise UserError(f"--engine ctranslate2 cannot do {', '.join(wanted)}")
+    if paths[0] is None:
+        raise UserError(
+            "--engine ctranslate2 needs -m DIR (a model exported with `mtcli export --format ctranslate2`)"
+        )
+    return CT2Translator(paths[0], cfg, threads=threads, quantize=quantize, warn=say)
 
 
 def _load_translator(paths, cfg, device, quantize: str, align: bool, trace: bool, terms, warn_once):  # fmt: skip

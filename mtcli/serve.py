@@ -34,7 +34,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from mtcli.batching import Batcher, Job, QueueFull
 from mtcli.config import DecodeConfig
 from mtcli.registry import source_language
-from mtcli.translate import Translator
 from mtcli.translation import Translation
 
 LANGUAGE_NAMES = {"en": "English", "zh": "Chinese", "de": "German", "fr": "French"}
@@ -66,22 +65,23 @@ class ApiError(Exception):
 # ---------------------------------------------------------------- models
 @dataclass
 class Served:
-    """One loaded model and the direction it translates."""
+    """One loaded model, the direction it translates, and how to make a translator of it
+    for given settings (mtcli's Translator, or CTranslate2's for an exported model)."""
 
     name: str
     src_lang: str
     tgt_lang: str
-    model: object
-    tokenizer: object
+    make_translator: Callable[[DecodeConfig, bool], object]  # (settings, align) -> translator
+    count_tokens: Callable[[str], int]  # source tokens of a line, for the batch budget
 
 
 class Models:
     """The models of this server, loaded once, in the background (so /health can say when)."""
 
-    def __init__(self, load: Callable[[], list[Served]], device):
-        self.device, self.served, self.error = device, [], None
+    def __init__(self, load: Callable[[], list[Served]]):
+        self.served, self.error = [], None
         self.ready = threading.Event()
-        self._translators: dict[tuple, Translator] = {}
+        self._translators: dict[tuple, object] = {}  # a translator per (model, settings)
         threading.Thread(target=self._load, args=(load,), daemon=True).start()
 
     def _load(self, load) -> None:
@@ -124,14 +124,7 @@ class Models:
         """Decode `lines` with the translator `key` names (called by the batch worker)."""
         if key not in self._translators:
             name, settings, align = key
-            served = self.by_name(name)
-            self._translators[key] = Translator(
-                served.model,
-                served.tokenizer,
-                DecodeConfig(*settings),
-                device=self.device,
-                align=align,
-            )
+            self._translators[key] = self.by_name(name).make_translator(DecodeConfig(*settings), align)  # fmt: skip
         return self._translators[key].translate_chunk(lines)
 
 
@@ -299,7 +292,7 @@ def create_app(
         for name, rows in groups.items():
             served = models.by_name(name)
             group_lines = [lines[i] for i in rows]
-            tokens = sum(len(served.tokenizer.encode_src(line)) + 1 for line in group_lines)
+            tokens = sum(served.count_tokens(line) + 1 for line in group_lines)
             key = (name, astuple(decode), align)  # lines of one key can share a batch
             job = Job(key, group_lines, tokens, loop.create_future(), loop)
             try:
@@ -454,3 +447,28 @@ def _v1(t: Translation, served: Served | None, req: V1Request) -> dict:
             "weights": [[round(float(w), 4) for w in row] for row in t.attention.cross_mean()],
         }
     return record
+
+
+def mtcli_served(name: str, loaded, device) -> Served:
+    """A model of mtcli's own, decoded by its Translator."""
+    from mtcli.translate import Translator
+
+    return Served(
+        name, loaded.src_lang, loaded.tgt_lang,
+        lambda cfg, align: Translator(loaded.model, loaded.tokenizer, cfg, device=device, align=align),
+        lambda line: len(loaded.tokenizer.encode_src(line)),
+    )  # fmt: skip
+
+
+def ct2_served(name: str, path: Path, src_lang: str, tgt_lang: str, threads: int) -> Served:
+    """A CTranslate2 export, decoded by CTranslate2 (no alignments or attention there)."""
+    from mtcli.ct2_engine import CT2Translator
+
+    probe = CT2Translator(path, DecodeConfig(), threads=threads)
+
+    def make(cfg: DecodeConfig, align: bool):
+        if align:
+            raise ApiError(400, "the CTranslate2 engine gives no alignments or attention")
+        return CT2Translator(path, cfg, threads=threads)
+
+    return Served(name, src_lang, tgt_lang, make, lambda line: len(probe.src.encode(line)))

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from mtcli.checkpoint import load_model
 from mtcli.config import DecodeConfig
-from mtcli.serve import Models, ServeConfig, Served, create_app
+from mtcli.serve import Models, ServeConfig, create_app, mtcli_served
 from mtcli.translate import Translator
 from tests.conftest import REPO, copy_sentences
 
@@ -29,9 +29,10 @@ def _models(path: Path, delay: float = 0.0) -> Models:
     def load():
         time.sleep(delay)
         loaded = load_model(path)
-        return [Served("letters", "en", "zh", loaded.model, loaded.tokenizer)]
+        loaded.config["src_lang"], loaded.config["tgt_lang"] = "en", "zh"
+        return [mtcli_served("letters", loaded, "cpu")]
 
-    return Models(load, "cpu")
+    return Models(load)
 
 
 @pytest.fixture
@@ -298,3 +299,22 @@ def test_a_client_that_disconnects_does_not_stall_the_worker(copy_model_dir, cop
     finally:
         code, _ = server.stop()
     assert code == 0
+
+
+@pytest.mark.slow
+def test_serve_with_the_ctranslate2_engine(tmp_path, copy_model_dir, copy_lines):
+    """`mtcli serve --engine ctranslate2` on an export answers as mtcli's engine does (greedy)."""
+    pytest.importorskip("ctranslate2")
+    from mtcli.ct2_export import export_ctranslate2
+
+    exported = export_ctranslate2(copy_model_dir, tmp_path / "letters-ct2")
+    server = _Server("--engine", "ctranslate2", "-m", str(exported), "--beam-size", "1")
+    try:
+        q = {"q": copy_lines[:3], "source": "en", "target": "en"}
+        r = httpx.post(server.url + "/translate", json=q, timeout=30)
+    finally:
+        code, err = server.stop()
+    assert r.status_code == 200 and r.json()["translatedText"] == _reference(
+        copy_model_dir, copy_lines[:3], beam_size=1
+    )
+    assert code == 0, err

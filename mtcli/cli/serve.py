@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 
 import click
@@ -93,10 +94,17 @@ def _model_paths(models: tuple[str, ...]):
     type=click.IntRange(min=1),
     help="Seconds requests in flight get to finish on SIGTERM/SIGINT.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["mtcli", "ctranslate2"]),
+    default="mtcli",
+    show_default=True,
+    help="ctranslate2: serve models exported with `mtcli export --format ctranslate2`.",
+)
 @decode_options
 def serve_command(
     models, host, port, batch_wait_ms, max_batch_tokens, max_chars, max_lines, max_body,
-    queue_size, api_key, shutdown_timeout, device, threads, **decode,
+    queue_size, api_key, shutdown_timeout, engine, device, threads, **decode,
 ) -> None:  # fmt: skip
     """Serve translation over HTTP: LibreTranslate's API, mtcli's own, and a web page at /.
 
@@ -109,20 +117,29 @@ def serve_command(
     try:
         import uvicorn
 
-        from mtcli.serve import Models, ServeConfig, Served, create_app
+        from mtcli.serve import Models, ServeConfig, Served, create_app, ct2_served, mtcli_served
     except ImportError as e:
         raise UserError(f"mtcli serve needs {e.name}: pip install 'mtcli[serve]'") from None
-    torch_device = runtime_device(device, threads)
+    if engine == "ctranslate2":
+        from mtcli.ct2_engine import MARKER, is_ct2_dir
+
+        if bad := [p for p in paths if not is_ct2_dir(p)]:
+            raise UserError(
+                f"{bad[0]}: not a CTranslate2 export of mtcli (`mtcli export --format ctranslate2`)"
+            )
+    else:
+        torch_device = runtime_device(device, threads)
 
     def load() -> list[Served]:
-        from mtcli.checkpoint import load_model
-
         served = []
         for path in paths:
-            loaded = load_model(path, torch_device)
-            served.append(
-                Served(path.name, loaded.src_lang, loaded.tgt_lang, loaded.model, loaded.tokenizer)
-            )
+            if engine == "ctranslate2":
+                meta = json.loads((path / MARKER).read_text(encoding="utf-8"))
+                served.append(ct2_served(path.name, path, meta["src_lang"], meta["tgt_lang"], threads))  # fmt: skip
+            else:
+                from mtcli.checkpoint import load_model
+
+                served.append(mtcli_served(path.name, load_model(path, torch_device), torch_device))
         console.print(
             f"ready: {', '.join(f'{s.name} ({s.src_lang}->{s.tgt_lang})' for s in served)}",
             markup=False,
@@ -134,7 +151,7 @@ def serve_command(
         max_lines=max_lines, max_body=max_body, queue_size=queue_size, api_key=api_key,
         decode=decode_cfg,
     )  # fmt: skip
-    app = create_app(Models(load, torch_device), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
+    app = create_app(Models(load), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
     console.print(f"serving on http://{host}:{port}  (web page /, API docs /docs)", markup=False)
     server = uvicorn.Server(
         uvicorn.Config(

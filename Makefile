@@ -86,4 +86,5 @@ demo-train: $(STAMP) $(DEMO).src
 
 # ---- benchmarks: JSON in bench/results/, a table on stdout
 bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,serve,ct2]'
 	$(BIN)/python bench/run.py

@@ -86,6 +86,38 @@ def table() -> str:
             ("decode", "int8 - fp32 BLEU", "points", f"{d['int8_bleu_delta']:+.2f}"),
             ("decode", "peak RSS", "MB", str(d["peak_rss_mb"])),
         ]
+    if c := _load("ct2"):
+        for name, r in c["decode"].items():
+            rows.append(
+                (
+                    "ct2",
+                    f"{name}, {c['lines']} lines",
+                    "mtcli s | CT2 s | mtcli/CT2 speed",
+                    f"{r['mtcli_s']:.2f} | {r['ctranslate2_s']:.2f} | {r['mtcli_vs_ct2']:.2f}x",
+                )
+            )
+        st = c["startup"]
+        rows.append(
+            (
+                "ct2",
+                "start-up, one sentence",
+                "import torch | mtcli | CT2 engine s",
+                f"{st['import_torch_s']:.2f} | {st['mtcli_s']:.2f} | {st['ctranslate2_engine_s']:.2f}",
+            )
+        )
+        rss = c["peak_rss"]
+        rows.append(
+            (
+                "ct2",
+                "peak RSS, beam 5, all lines",
+                "mtcli fp32 | int8 | CT2 fp32 | int8 MB",
+                " | ".join(
+                    str(rss[f"{e}_beam5_{p}_mb"])
+                    for e in ("mtcli", "ctranslate2")
+                    for p in ("fp32", "int8")
+                ),
+            )
+        )
     if sv := _load("serve"):
         for name, r in sv["results"].items():
             value = (
@@ -143,7 +175,7 @@ def table() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
-    ap.add_argument("--only", default="train,decode,serve,attention,quality")
+    ap.add_argument("--only", default="train,decode,ct2,serve,attention,quality")
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
     if not args.table:
@@ -152,6 +184,8 @@ def main() -> None:
             _run("train.py")
         if "decode" in only:
             _run("decode.py", "--lines", "1000")
+        if "ct2" in only:
+            _run("ct2.py")
         if "serve" in only:
             _run("serve.py")
         if "attention" in only:

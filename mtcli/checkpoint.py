@@ -186,16 +186,19 @@ def read_safetensors_header(path: Path) -> dict[str, dict]:
     return header
 
 
-def check_weights(path: Path, model_cfg: ModelConfig) -> None:
-    """Every tensor the config implies is in the file, with the shape and a float dtype."""
+def check_weights(path: Path, model: Seq2Seq) -> None:
+    """Every tensor the model's config implies is in the file, with its shape and a float dtype.
+
+    (The model is built before this check, as load_model needs it anyway; building it under
+    torch.device("meta") instead would import torch._dynamo: over a second of start-up.)
+    """
     weights = path / WEIGHTS_FILE
     header = read_safetensors_header(weights)
-    with torch.device("meta"):  # shapes only: no memory, no initialisation
-        expected = {
-            name: list(t.shape)
-            for name, t in Seq2Seq(model_cfg).state_dict().items()
-            if name not in _aliases(model_cfg)
-        }
+    expected = {
+        name: list(t.shape)
+        for name, t in model.state_dict().items()
+        if name not in _aliases(model.cfg)
+    }
     if missing := sorted(set(expected) - set(header)):
         raise UserError(f"{weights}: no tensor {missing[0]} ({len(missing)} missing)")
     if extra := sorted(set(header) - set(expected)):
@@ -230,21 +233,22 @@ def _check_tokenizer(
         )
 
 
-def check_model_dir(path: str | Path) -> tuple[Path, dict, ModelConfig, Tokenizer]:
-    """Everything `load_model` needs, each file checked; raises UserError naming a bad file."""
+def check_model_dir(path: str | Path) -> tuple[Path, dict, Seq2Seq, Tokenizer]:
+    """Everything `load_model` needs, each file checked (the model built, its weights not yet
+    loaded); raises UserError naming a bad file."""
     path = resolve_dir(path)
     config = read_config(path)
     model_cfg = model_config(config, path / CONFIG_FILE)
     tokenizer = Tokenizer.load(path)
     _check_tokenizer(path, config, tokenizer, model_cfg)
-    check_weights(path, model_cfg)
-    return path, config, model_cfg, tokenizer
+    model = Seq2Seq(model_cfg)
+    check_weights(path, model)
+    return path, config, model, tokenizer
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     """Rebuild model and tokenizer from a directory with no other input (weights as fp32)."""
-    path, config, model_cfg, tokenizer = check_model_dir(path)
-    model = Seq2Seq(model_cfg)
+    path, config, model, tokenizer = check_model_dir(path)
     try:
         tensors = load_file(str(path / WEIGHTS_FILE))
     except Exception as e:  # safetensors raises its own error type for damaged data

@@ -167,7 +167,8 @@ def continue_run(checkpoint: Path, cfg: TrainConfig, say) -> Start:
 
 def check_init(cfg: TrainConfig) -> None:
     """--init MODEL brings its shape and tokenizer: a flag that asks for others is refused."""
-    path, _, model_cfg, _ = check_model_dir(cfg.init)
+    path, _, model, _ = check_model_dir(cfg.init)
+    model_cfg = model.cfg
     if cfg.tokenizer and Path(cfg.tokenizer).resolve() != path.resolve():
         raise UserError(
             f"--tokenizer {cfg.tokenizer} conflicts with --init {cfg.init}: the model brings its "

@@ -11,7 +11,7 @@ from mtcli.errors import UserError
 
 
 @click.command("export")
-@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))  # fmt: skip
+@click.argument("checkpoints", nargs=-1, required=True)
 @click.option("--out", required=True, help="Model directory to write.")
 @click.option("--fp16/--fp32", default=True, show_default=True, help="Store weights in half precision.")  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace an --out that is not an mtcli model directory.")  # fmt: skip
@@ -30,6 +30,9 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
     --format ctranslate2 converts one model directory to CTranslate2's format, exactly
     (greedy outputs identical to mtcli's).
     """
+    from mtcli.registry import find
+
+    checkpoints = [str(find(c, "CHECKPOINT")) for c in checkpoints]  # a directory, or a model's name
     if fmt == "ctranslate2":
         if len(checkpoints) > 1:
             raise UserError(

@@ -1,0 +1,175 @@
+"""Installed models: the registry, -m NAME, the script of a line choosing the model, lines
+no model translates, streaming through a pipe, and a wheel that carries its models."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mtcli import registry
+from mtcli.checkpoint import load_model
+from mtcli.cli import main
+from mtcli.registry import source_language
+from mtcli.translation import Router, Translation
+from tests.conftest import REPO
+
+SHIPPED = REPO / "models"
+
+
+@pytest.mark.parametrize(
+    ("line", "language"),
+    [
+        ("Why do we work?", "en"),
+        ("我们为什么工作？", "zh"),
+        ("我爱Python", "zh"),  # 2 Han characters, 1 Latin word
+        ("I love 北京 and Paris", "en"),  # 2 Han characters, 4 Latin words
+        ("Ça va très bien.", "en"),  # not Han: the en->X model
+        ("🙂🙂 !!", None),
+        ("12345 + 678", None),
+        ("", None),
+    ],
+)
+def test_source_language_by_hand(line, language):
+    """Han characters that outnumber Latin words make a line Chinese; no letters at all: None."""
+    assert source_language(line) == language
+
+
+class _Tagging:
+    """A stand-in translator that marks which model a line went to."""
+
+    def __init__(self, tag: str):
+        self.tag, self.calls = tag, 0
+
+    def translate_chunk(self, lines: list[str], prefixes=None) -> list[Translation]:
+        self.calls += 1
+        return [Translation(line, f"{self.tag}:{line}", -1.0) for line in lines]
+
+
+def test_router_keeps_order_and_passes_untranslatable_lines_through():
+    """Mixed lines: each to the translator of its language, in input order, one out per one in;
+    emoji-only lines and lines of a language without a model come back unchanged."""
+    en, zh, warnings = _Tagging("en"), _Tagging("zh"), []
+    translators = {"en": en, "zh": zh, "xx": None}
+    router = Router(
+        lambda line: {"a": "en", "b": "zh", "x": "xx"}.get(line[:1]),
+        translators.get,
+        chunk_lines=100,
+        warn=warnings.append,
+    )
+    lines = ["a1", "b1", "🙂", "", "a2", "x1", "b2", "x2"]
+    out = router.translate_chunk(lines)
+    assert [t.text for t in out] == ["en:a1", "zh:b1", "🙂", "", "en:a2", "x1", "zh:b2", "x2"]
+    assert [t.passthrough for t in out] == [False, False, True, False, False, True, False, True]
+    assert (en.calls, zh.calls) == (1, 1)  # one batch per language, not one per line
+    assert len(warnings) == 1  # said once, not once per line
+
+
+def test_models_lists_shipped_and_model_path(tmp_path, copy_model_dir, copy_lines, monkeypatch):
+    """`mtcli models` shows the shipped models and those on $MTCLI_MODEL_PATH; -m NAME finds
+    one there; a name on the path comes before a shipped one."""
+    folder = tmp_path / "mine"
+    shutil.copytree(copy_model_dir, folder / "letters")
+    shutil.copytree(copy_model_dir, folder / "en-zh-tiny")  # shadows the shipped one
+    monkeypatch.setenv("MTCLI_MODEL_PATH", f"{tmp_path / 'nowhere'}{os.pathsep}{folder}")
+    result = CliRunner().invoke(main, ["models", "--json"])
+    records = {r["name"]: r for r in map(json.loads, result.stdout.splitlines())}
+    assert {"letters", "en-zh-tiny", "zh-en-tiny"} <= set(records)
+    assert records["en-zh-tiny"]["path"] == str(folder / "en-zh-tiny")
+    assert records["zh-en-tiny"]["direction"] == "zh->en"
+    assert float(records["zh-en-tiny"]["card"]["test_bleu"]) > 0
+    parameters = load_model(copy_model_dir).model.parameters()
+    assert records["letters"]["parameters"] == sum(p.numel() for p in parameters)
+    assert registry.find("letters") == folder / "letters"
+    line = copy_lines[0]  # the copy model copies its training lines
+    result = CliRunner().invoke(main, ["translate", "-m", "letters", line])
+    assert result.exit_code == 0 and result.stdout == line + "\n"
+
+
+@pytest.mark.slow
+def test_shipped_models_translate_both_directions_by_script():
+    """No -m: English becomes Chinese, Chinese becomes English, emoji stays, order is kept."""
+    lines = ["Why do we work?", "我们为什么工作？", "🙂🙂", "Where is the station?"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtcli", "translate"], input="\n".join(lines) + "\n",
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "MTCLI_MODEL": ""},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert len(out) == 4 and out[2] == "🙂🙂"
+    assert source_language(out[0]) == "zh" and source_language(out[3]) == "zh"
+    assert source_language(out[1]) == "en" and "work" in out[1].lower()
+
+
+@pytest.mark.slow
+def test_a_pipe_is_translated_line_by_line_as_it_arrives(copy_model_dir, copy_lines):
+    """Each line written into the pipe comes out before the next one is written (the reader
+    never waits for more input); the seconds each took are printed for the record."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mtcli", "translate", "-m", str(copy_model_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    latencies = []
+    try:
+        for line in copy_lines[:4]:
+            time.sleep(0.3)  # a slow producer: nothing else is waiting in the pipe
+            start = time.monotonic()
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready, f"no output for {line!r} within 60 s: the filter waited for more input"
+            assert proc.stdout.readline() == line + "\n"
+            latencies.append(time.monotonic() - start)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    print(
+        "seconds from writing a line to reading its translation:", [round(t, 3) for t in latencies]
+    )
+    assert proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_wheel_carries_its_models(tmp_path):
+    """pip wheel -> install into a fresh venv (not editable) -> from an unrelated folder,
+    `mtcli translate "Why do we work?"` translates with the model inside the installed package."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True,
+    )  # fmt: skip
+    wheel = next((tmp_path / "dist").glob("mtcli-*.whl"))
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+         "--no-index", "-q", str(wheel)], check=True, capture_output=True,
+    )  # fmt: skip
+    # torch and the other dependencies come from this venv, so nothing is downloaded again;
+    # a plain path line adds the folder without running its .pth files (the editable mtcli)
+    site = Path(sysconfig.get_paths(vars={"base": str(env_dir)})["purelib"])
+    site.joinpath("deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MTCLI_", "PYTHONPATH"))}
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [str(env_dir / "bin" / "mtcli"), *args], capture_output=True, text=True, cwd=elsewhere,
+        env=clean,
+    )  # fmt: skip
+    proc = run("translate", "Why do we work?")
+    assert proc.returncode == 0, proc.stderr
+    assert source_language(proc.stdout) == "zh"
+    models = {r["name"]: r for r in map(json.loads, run("models", "--json").stdout.splitlines())}
+    assert {"en-zh-tiny", "zh-en-tiny"} <= set(models)
+    assert all(Path(r["path"]).is_relative_to(env_dir) for r in models.values()), models
+    print(f"wheel {wheel.name}: {wheel.stat().st_size / 1e6:.1f} MB")

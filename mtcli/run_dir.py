@@ -161,10 +161,13 @@ class RunDir:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def clear(self) -> list[str]:
-        """--restart: remove what an earlier run wrote here (only mtcli's own names)."""
+    def clear(self, keep: tuple[str, ...] = ()) -> list[str]:
+        """--restart: remove what an earlier run wrote here (only mtcli's own names, and not
+        those in `keep`: a tokenizer the new run is told to use)."""
         removed = []
         for name in [*OWN, *(p.name for _, p in step_dirs(self.path))]:
+            if name in keep:
+                continue
             path = self.path / name
             if path.is_dir():
                 remove_dir(path)

@@ -209,7 +209,9 @@ def begin_run(
     """The run's start and the checkpoint it continues from (None: it starts at step 0)."""
     group.barrier()  # rank 0 has cleaned what a killed run left in OUT
     checkpoint = resume_point(run.path, resume, restart)
-    if restart and group.is_main and (removed := run.clear()):
+    # OUT/tokenizer is the run's own, retrained when it is gone, unless --tokenizer names it
+    keep = ("tokenizer",) if cfg.tokenizer else ()
+    if restart and group.is_main and (removed := run.clear(keep)):
         say(Message(f"--restart: removed {', '.join(removed)} from {run.path}"))
     group.barrier()
     if checkpoint is not None:

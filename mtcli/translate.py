@@ -33,16 +33,20 @@ from mtcli.translation import AttentionMaps, Translation, stream
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
-    """Dynamic int8 quantization of the Linear layers, for CPU decoding (torch.ao).
+    """Dynamic int8 quantization of the Linear layers, for CPU decoding (torch.ao), in place.
 
-    The tied output projection is not an nn.Linear and stays fp32. torch 2.10+ marks
-    torch.ao.quantization deprecated; it still works, so the warnings are silenced here
+    The output projection is an nn.Linear tied to the target embedding, so it is quantized too
+    (an int8 copy beside the fp32 embedding the decoder's input still reads). In place: the
+    fp32 Linear weights are dropped, not kept alive beside their quantized copies. torch 2.10+
+    marks torch.ao.quantization deprecated; it still works, so the warnings are silenced here
     rather than shown to every user.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.simplefilter("ignore", category=UserWarning)
-        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        return torch.ao.quantization.quantize_dynamic(
+            model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True
+        )
 
 
 class Translator:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,11 +138,14 @@ def test_rerun_continues_and_a_finished_run_does_nothing(tmp_path):
 def test_restart_starts_over_and_keeps_the_users_files(tmp_path):
     """--restart removes what the earlier run wrote (only mtcli's names) and trains from step 1."""
     cfg = _cfg(tmp_path, max_steps=4)
+    shutil.copytree(cfg.tokenizer, tmp_path / "run" / "tokenizer")  # a tokenizer kept in OUT
+    cfg = dataclasses.replace(cfg, tokenizer=str(tmp_path / "run" / "tokenizer"))
     train(cfg)
     (tmp_path / "run" / "notes.txt").write_text("mine\n")
     result = train(dataclasses.replace(cfg, lr_factor=0.3), restart=True)
     assert result.step == 4 and len(result.losses) == 4
     assert (tmp_path / "run" / "notes.txt").read_text() == "mine\n"
+    assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").is_file()  # --tokenizer names it
 
 
 def test_steps_left_by_a_run_that_went_further_do_not_outrank_new_ones(tmp_path):

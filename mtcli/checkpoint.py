@@ -24,6 +24,7 @@ from mtcli import __version__, files
 from mtcli.config import ConfigError, ModelConfig, build, to_dict
 from mtcli.errors import UserError
 from mtcli.model import Seq2Seq
+from mtcli.textio import read_json
 from mtcli.tokenizer import Tokenizer, file_sha256
 
 FORMAT = 1
@@ -130,10 +131,7 @@ def read_config(path: str | Path) -> dict:
         raise UserError(f"{path}: no such model directory")
     if not cfg_path.is_file():
         raise UserError(f"{path}: not a model directory (no {CONFIG_FILE})")
-    try:
-        config = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{cfg_path}: invalid JSON ({e})") from None
+    config = read_json(cfg_path)
     if not isinstance(config, dict):
         raise UserError(f"{cfg_path}: expected a JSON object, found {type(config).__name__}")
     fmt = config.get("format", 0)

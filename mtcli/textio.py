@@ -6,6 +6,7 @@ tokenizer's training text, translate's input and eval's hypotheses alike.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import sys
@@ -47,6 +48,14 @@ def read_lines(path: str | Path) -> Iterator[str]:
 def read_stream(f: BinaryIO, name: str | Path) -> Iterator[str]:
     for line_no, raw in enumerate(f, 1):
         yield decode_line(raw, name, line_no)
+
+
+def read_json(path: Path):
+    """A JSON file's value; invalid JSON (or text) is one line naming the file."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: invalid JSON ({e})") from None
 
 
 def read_chunks(fd: int, max_lines: int, name: str = "stdin") -> Iterator[list[str]]:

@@ -21,7 +21,7 @@ import sentencepiece as spm
 
 from mtcli.errors import UserError
 from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
-from mtcli.textio import read_lines
+from mtcli.textio import read_json, read_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
@@ -207,10 +207,7 @@ def read_meta(directory: Path) -> dict:
         raise UserError(f"{directory}: no such tokenizer or model directory")
     if not path.is_file():
         raise UserError(f"{directory}: not a tokenizer directory (no {META_FILE})")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: invalid JSON ({e})") from None
+    meta = read_json(path)
     names_ok = isinstance(meta, dict) and all(
         isinstance(meta.get(k), str) and meta[k] and "/" not in meta[k] and meta[k] != ".."
         for k in ("src_model", "tgt_model")

@@ -32,7 +32,9 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
     """
     from mtcli.registry import find
 
-    checkpoints = [str(find(c, "CHECKPOINT")) for c in checkpoints]  # a directory, or a model's name
+    checkpoints = [
+        str(find(c, "CHECKPOINT")) for c in checkpoints
+    ]  # a directory, or a model's name
     if fmt == "ctranslate2":
         if len(checkpoints) > 1:
             raise UserError(

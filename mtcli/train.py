@@ -186,7 +186,9 @@ def _train(
     random.seed(cfg.seed)
     start, checkpoint = begin_run(cfg, group, run, resume, restart, say)
     model, tokenizer = start.model.to(device).train(), start.tokenizer
-    say(Message(f"config: {json.dumps(to_dict(cfg), ensure_ascii=False)}"))
+    # the model table as built: its vocabulary sizes come from the tokenizer, not the flags
+    shown = {**to_dict(cfg), "model": to_dict(model.cfg)}
+    say(Message(f"config: {json.dumps(shown, ensure_ascii=False)}"))
     say(Message(f"model: {model.num_parameters():,} parameters, {group.world} process(es), "
                 f"device {device}, {precision.name}"))  # fmt: skip
     if group.world > 1 and checkpoint is None:

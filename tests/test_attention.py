@@ -151,3 +151,29 @@ def test_piece_words_and_alignment_by_hand():
         (1, 0),
         (0, 1),
     ]
+
+
+def test_attention_command_draws_an_additive_model(tmp_path, copy_model_dir, copy_lines):
+    """`mtcli attention` works for a model whose cross-attention is additive: each drawn row is
+    a distribution over the source tokens."""
+    from dataclasses import replace
+
+    from mtcli.checkpoint import SaveRequest, load_model, save_model
+    from mtcli.model import Seq2Seq
+
+    loaded = load_model(copy_model_dir)
+    torch.manual_seed(0)
+    additive = Seq2Seq(replace(loaded.model.cfg, attention="additive"))
+    save_model(additive, tmp_path / "additive", SaveRequest(tokenizer_dir=copy_model_dir))
+    png = tmp_path / "h.png"
+    result = CliRunner().invoke(
+        main, ["attention", "-m", str(tmp_path / "additive"), copy_lines[0], "--png", str(png)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "cross attention" in result.output and png.read_bytes()[:4] == b"\x89PNG"
+    src, mask = _padded_src(additive)
+    hyps = beam_search(additive.eval(), src, mask, beam_size=2, with_attention=True, max_len_b=5)
+    for row, hyp in zip(mask, hyps, strict=True):
+        cross = hyp[0].attention.cross[-1]  # (H, T, S real)
+        torch.testing.assert_close(cross.sum(-1), torch.ones(cross.shape[:-1]))
+        assert cross.shape[-1] == int(row.sum())

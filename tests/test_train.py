@@ -21,7 +21,7 @@ from mtcli.config import TrainConfig
 from mtcli.data import pad, padding_mask
 from mtcli.decode import greedy
 from mtcli.errors import UserError
-from mtcli.tokenizer import EOS_ID
+from mtcli.tokenizer import EOS_ID, Tokenizer
 from mtcli.train import lr_at, train
 from mtcli.validation import smoothed_loss
 from tests.conftest import REPO, copy_tokenizer, copy_train_config, write_lines
@@ -267,8 +267,12 @@ def test_patience_stops_early(tmp_path):
     cfg = copy_train_config(
         tmp_path, tok, lr_factor=0.0, max_steps=100, valid_every=2, patience=1, max_tokens=96
     )
-    result = train(cfg)
+    messages = []
+    result = train(cfg, lambda r: messages.append(str(getattr(r, "text", r))))
     assert result.step == 4
+    # the echoed config shows the model as built: vocabulary sizes from the tokenizer (vocab=0 asked)
+    shown = json.loads(next(m for m in messages if m.startswith("config: "))[len("config: ") :])
+    assert shown["model"]["src_vocab_size"] == Tokenizer.load(tok).src_vocab_size > 0
 
 
 def test_gradient_accumulation_equals_one_big_batch():

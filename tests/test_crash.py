@@ -33,7 +33,7 @@ def _kill_args(tmp_path: Path, out: Path) -> list[str]:
         "train", "--src", cfg.src, "--tgt", cfg.tgt, "--valid-src", cfg.src, "--valid-tgt", cfg.tgt,
         "--tokenizer", cfg.tokenizer, "--out", str(out), "--d-model", "32", "--n-heads", "2",
         "--d-ff", "64", "--n-enc-layers", "1", "--n-dec-layers", "1", "--max-len", "32",
-        "--dropout", "0.3", "--bpe-dropout", "0.2", "--max-tokens", "64", "--max-steps", "240",
+        "--dropout", "0.3", "--bpe-dropout", "0.2", "--max-tokens", "64", "--max-steps", "320",
         "--valid-every", "40", "--valid-bleu-lines", "8", "--save-every", "10", "--keep", "2",
         "--log-every", "1", "--threads", "1", "--lr-factor", "0.5", "--warmup", "20",
     ]  # fmt: skip
@@ -49,19 +49,25 @@ def _start(args: list[str]) -> subprocess.Popen:
 
 def _kill_at_a_random_moment(proc: subprocess.Popen, rng: random.Random) -> str:
     """SIGKILL: right after a validation line (checkpoints are being written) or at a random
-    time into training. Returns what the moment was, for the failure message."""
+    time into training, never after the run's end (the whole run takes about 2 s, so the
+    delays are short). Returns where the run started and the moment, for the messages."""
     after_validation = rng.random() < 0.5
-    delay = rng.uniform(0, 0.05) if after_validation else rng.uniform(0.0, 1.5)
+    delay = rng.uniform(0, 0.05) if after_validation else rng.uniform(0.0, 0.3)
+    step, start = "?", "step 0"
     while True:
         line = proc.stderr.readline()
-        if not line:  # the run ended first
-            return "after the end"
+        assert line, "the run ended before it could be killed"
+        if line.startswith("resuming from"):
+            start = "resumed at step " + line.split(" at step ")[1].split()[0]
+        if line.startswith("epoch "):
+            step = line.split(" step ")[1].split()[0]
         if ("valid step" in line) if after_validation else line.startswith("epoch "):
             break
     time.sleep(delay)
     proc.kill()
-    proc.wait()
-    return f"{'after a validation' if after_validation else 'while training'} + {delay:.3f} s"
+    assert proc.wait() == -signal.SIGKILL, "the run ended before the kill"
+    where = "after a validation" if after_validation else "while training"
+    return f"{start}, killed {where} + {delay:.3f} s from the log line of step {step}"
 
 
 def _every_checkpoint_loads(out: Path) -> None:
@@ -91,7 +97,7 @@ def test_sigkill_at_random_moments_then_rerun_is_bit_exact(tmp_path):
     assert a.keys() == b.keys()
     differ = [k for k in a if not torch.equal(a[k], b[k])]
     assert not differ, f"killed {moments}: {differ[:3]} differ"
-    assert load_trainer_state(tmp_path / "killed" / "last")["step"] == 240
+    assert load_trainer_state(tmp_path / "killed" / "last")["step"] == 320
     print("kill moments:", moments)
 
 

@@ -5,6 +5,7 @@ output, traces vs recomputation by hand."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -252,3 +253,16 @@ def test_no_repeat_ngram_from_the_command_line(copy_model_dir, copy_lines):
     )  # fmt: skip
     for out in result.stdout.splitlines():
         assert len(set(out.split())) == len(out.split()), out
+
+
+def test_trace_columns_line_up_with_chinese_tokens():
+    """Chinese characters take two terminal columns: the score column starts at the same column
+    on every row, whatever script the fed token is in (counted by hand: ▁ is 1, 为 2)."""
+    from mtcli.cli.translate import render_trace
+    from mtcli.textio import columns_of, pad_to
+
+    assert columns_of("▁为什么") == 7 and pad_to("▁为什么", 10) == "▁为什么   "
+    beams = [{"fed": fed, "score": -1.0, "next": []} for fed in ("<s>", "▁为什么", "工作")]
+    result = SimpleNamespace(source="x", trace=[{"step": 0, "beams": beams, "finished": []}])
+    rows = render_trace(result).splitlines()[2:]
+    assert {columns_of(row[: row.index("-1.000")]) for row in rows} == {25}

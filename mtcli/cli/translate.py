@@ -21,7 +21,7 @@ from mtcli.cli.common import (
     warn,
 )
 from mtcli.errors import UserError
-from mtcli.textio import read_chunks
+from mtcli.textio import pad_to, read_chunks
 
 
 def format_result(t, fmt: str) -> str:
@@ -203,7 +203,8 @@ def render_trace(result) -> str:
     for step in result.trace:
         for b, beam in enumerate(step["beams"]):
             nexts = "  ".join(f"{piece} {p:.2f}" for _, piece, p in beam["next"])
-            out.append(f"{step['step']:>4}  {b:>4}  {beam['fed']:<10}  {beam['score']:>7.3f}  {nexts}")  # fmt: skip
+            fed = pad_to(beam["fed"], 10)  # by terminal columns: a Chinese character takes two
+            out.append(f"{step['step']:>4}  {b:>4}  {fed}  {beam['score']:>7.3f}  {nexts}")
         for done in step["finished"]:
             out.append(f"            finished: {done['text']}  (score {done['score']:.3f})")
     return "\n".join(out)

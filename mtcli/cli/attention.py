@@ -44,13 +44,13 @@ def attention_command(
     cfg = build_decode_config(**decode)
     check_output_file(png, "--png", force)
     model_dir = model_for_text(model, [sentence])
+    device = runtime_device(device, threads)
     import torch
 
     from mtcli.attention import Heatmap, render, save_png, select
     from mtcli.checkpoint import load_model
     from mtcli.translate import Translator
 
-    device = runtime_device(device, threads)
     loaded = load_model(model_dir, device)
     translator = Translator(loaded.model, loaded.tokenizer, cfg, device=device, align=True)
     result = translator.translate_chunk([sentence])[0]

@@ -34,10 +34,10 @@ def _read(path: str) -> list[str]:
 
 def _translate_source(model_dir, src: str, device: str, threads: int, cfg) -> tuple[list[str], str]:
     """Translate a source file with a model; also returns the model's target language."""
+    torch_device = runtime_device(device, threads)
     from mtcli.checkpoint import load_model
     from mtcli.translate import Translator
 
-    torch_device = runtime_device(device, threads)
     loaded = load_model(model_dir, torch_device)
     translator = Translator(loaded.model, loaded.tokenizer, cfg, device=torch_device, warn=warn)
     return [t.text for t in translator.translate_stream(_read(src))], loaded.tgt_lang

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from mtcli.cli.common import console
+from mtcli.cli.common import console, import_torch
 from mtcli.errors import UserError
 
 
@@ -47,6 +47,7 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
             f"wrote {out} (CTranslate2; translate with --engine ctranslate2 -m {out})", markup=False
         )
         return
+    import_torch()
     import torch
 
     from mtcli.checkpoint import export_model

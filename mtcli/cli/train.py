@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from mtcli.cli.common import Layer, build_from_layers, console, toml_layer
+from mtcli.cli.common import Layer, build_from_layers, console, import_torch, toml_layer
 from mtcli.config import TrainConfig
 from mtcli.errors import UserError
 from mtcli.reports import Message, Report, StepReport, ValidReport
@@ -236,7 +236,8 @@ def train_command(config_path, resume, restart, force, **flags) -> None:
         raise UserError(
             "--src is required (or set src in --config); without --tgt it is a TSV file"
         )
-    from mtcli.train import train  # torch: only once the settings are known to be good
+    import_torch()  # only once the settings are known to be good
+    from mtcli.train import train
 
     with ProgressReporter() as reporter:
         result = train(cfg, reporter, resume=resume, restart=restart, force=force)

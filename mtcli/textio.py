@@ -10,7 +10,6 @@ import json
 import os
 import select
 import sys
-import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -87,13 +86,3 @@ def read_chunks(fd: int, max_lines: int, name: str = "stdin") -> Iterator[list[s
         lines.append(decode_line(pending, name, line_no + 1))
     if lines:
         yield lines
-
-
-def columns_of(text: str) -> int:
-    """Terminal columns `text` takes: East Asian wide and fullwidth characters take two."""
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def pad_to(text: str, columns: int) -> str:
-    """`text` padded with spaces to `columns` terminal columns (Chinese aligns with Latin)."""
-    return text + " " * max(0, columns - columns_of(text))

@@ -235,6 +235,18 @@ def decode_options(func):
     return func
 
 
+def engine_option(what: str):
+    """--engine: mtcli's own decoder, or CTranslate2 on `what` exported for it."""
+    return click.option(
+        "--engine",
+        type=click.Choice(["mtcli", "ctranslate2"]),
+        default="mtcli",
+        show_default=True,
+        help=f"ctranslate2: {what} exported with `mtcli export --format ctranslate2` "
+        "(pip install 'mtcli[ct2]').",
+    )
+
+
 def import_torch() -> None:
     """Import torch, then freeze what exists: the collector no longer walks torch's objects.
 

@@ -7,7 +7,13 @@ import signal
 
 import click
 
-from mtcli.cli.common import build_decode_config, console, decode_options, runtime_device
+from mtcli.cli.common import (
+    build_decode_config,
+    console,
+    decode_options,
+    engine_option,
+    runtime_device,
+)
 from mtcli.errors import UserError
 
 
@@ -94,13 +100,7 @@ def _model_paths(models: tuple[str, ...]):
     type=click.IntRange(min=1),
     help="Seconds requests in flight get to finish on SIGTERM/SIGINT.",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(["mtcli", "ctranslate2"]),
-    default="mtcli",
-    show_default=True,
-    help="ctranslate2: serve models exported with `mtcli export --format ctranslate2`.",
-)
+@engine_option("models")
 @decode_options
 def serve_command(
     models, host, port, batch_wait_ms, max_batch_tokens, max_chars, max_lines, max_body,

@@ -9,6 +9,7 @@ import os
 import sys
 
 import click
+from rich.cells import cell_len
 from rich.progress import MofNCompleteColumn, Progress
 
 from mtcli.cli.common import (
@@ -17,11 +18,12 @@ from mtcli.cli.common import (
     chosen_model,
     console,
     decode_options,
+    engine_option,
     runtime_device,
     warn,
 )
 from mtcli.errors import UserError
-from mtcli.textio import pad_to, read_chunks
+from mtcli.textio import read_chunks
 
 
 def format_result(t, fmt: str) -> str:
@@ -107,13 +109,7 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @click.option(
     "--trace", is_flag=True, help="Show every step of the search on stderr (jsonl: in the JSON)."
 )
-@click.option(
-    "--engine",
-    type=click.Choice(["mtcli", "ctranslate2"]),
-    default="mtcli",
-    show_default=True,
-    help="ctranslate2: a model exported with `mtcli export --format ctranslate2` (pip install 'mtcli[ct2]').",
-)
+@engine_option("a model")
 @click.option(
     "--quantize",
     type=click.Choice(["none", "int8"]),
@@ -203,7 +199,8 @@ def render_trace(result) -> str:
     for step in result.trace:
         for b, beam in enumerate(step["beams"]):
             nexts = "  ".join(f"{piece} {p:.2f}" for _, piece, p in beam["next"])
-            fed = pad_to(beam["fed"], 10)  # by terminal columns: a Chinese character takes two
+            # padded by terminal cells, not characters: a Chinese character takes two
+            fed = beam["fed"] + " " * max(0, 10 - cell_len(beam["fed"]))
             out.append(f"{step['step']:>4}  {b:>4}  {fed}  {beam['score']:>7.3f}  {nexts}")
         for done in step["finished"]:
             out.append(f"            finished: {done['text']}  (score {done['score']:.3f})")

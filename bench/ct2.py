@@ -3,8 +3,9 @@ exactly), same lines, same threads: decode time without start-up, start-up, peak
 
     python bench/ct2.py [--lines 2000] [--threads 2] [--rounds 3]
 
-Decode times: each setting translates the Tatoeba test lines in this process after a warm-up;
-settings are interleaved over `rounds` and each keeps its fastest round. Start-up: the whole
+Decode times: each engine and setting in a fresh process of its own, which translates the
+Tatoeba test lines after a warm-up and reports the time of that pass alone (no start-up);
+settings and engines are interleaved over `rounds` and each keeps its fastest round. Start-up: the whole
 `mtcli translate "Why do we work?"` process, beside `python -c "import torch"`. Peak RSS: a
 fresh process per setting translating every line. Writes bench/results/ct2.json.
 """
@@ -19,16 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import REPO, SHARED, SHIPPED, read_lines, write_result  # noqa: E402
-from mtcli.checkpoint import load_model  # noqa: E402
-from mtcli.config import DecodeConfig  # noqa: E402
-from mtcli.ct2_engine import CT2Translator  # noqa: E402
 from mtcli.ct2_export import export_ctranslate2  # noqa: E402
-from mtcli.translate import Translator, quantize_int8  # noqa: E402
 
 SETTINGS = {  # name: (beam size, int8)
     "beam5_fp32": (5, False),
@@ -63,25 +58,43 @@ print(int(hwm[0].split()[1]) / 1024)
 """
 
 
-def engines(exported: Path, threads: int) -> dict:
-    torch.set_num_threads(threads)
-    loaded = load_model(SHIPPED)
-    int8 = quantize_int8(load_model(SHIPPED).model)
-    made = {}
-    for name, (beam, quantized) in SETTINGS.items():
-        cfg = DecodeConfig(beam_size=beam)
-        made[("mtcli", name)] = Translator(int8 if quantized else loaded.model, loaded.tokenizer, cfg)  # fmt: skip
-        made[("ctranslate2", name)] = CT2Translator(
-            exported, cfg, threads=threads, quantize="int8" if quantized else "none"
-        )
-    return made
+TIME_SCRIPT = """
+import sys, time
+from pathlib import Path
+engine, model, beam, int8, threads, src = sys.argv[1:7]
+lines = Path(src).read_text(encoding="utf-8").splitlines()
+from mtcli.config import DecodeConfig
+cfg = DecodeConfig(beam_size=int(beam))
+if engine == "ctranslate2":
+    from mtcli.ct2_engine import CT2Translator
+    t = CT2Translator(Path(model), cfg, threads=int(threads), quantize="int8" if int8 == "1" else "none")
+else:
+    import torch
+    torch.set_num_threads(int(threads))
+    from mtcli.checkpoint import load_model
+    from mtcli.translate import Translator, quantize_int8
+    loaded = load_model(model)
+    net = quantize_int8(loaded.model) if int8 == "1" else loaded.model
+    t = Translator(net, loaded.tokenizer, cfg)
+t.translate_chunk(lines[:50])  # warm-up: first-call costs out of the timing
+start = time.perf_counter()
+for chunk in range(0, len(lines), 1000):
+    t.translate_chunk(lines[chunk:chunk + 1000])
+print(time.perf_counter() - start)
+"""
 
 
-def seconds(translator, lines: list[str]) -> float:
-    start = time.perf_counter()
-    for i in range(0, len(lines), 1000):
-        translator.translate_chunk(lines[i : i + 1000])
-    return time.perf_counter() - start
+def engine_args(engine: str, model: Path, name: str, threads: int, src: Path) -> list[str]:
+    beam, int8 = SETTINGS[name]
+    return [engine, str(model), str(beam), str(int(int8)), str(threads), str(src)]
+
+
+def run_script(script: str, args: list[str]) -> float:
+    """The last line a fresh Python process running `script` prints, as a number."""
+    out = subprocess.run(
+        [sys.executable, "-c", script, *args], check=True, capture_output=True, text=True, cwd=REPO
+    )
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def startup(args: list[str], repeats: int = 3) -> float:
@@ -106,13 +119,15 @@ def main() -> None:
     src = work / "test.en"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    made = engines(exported, args.threads)
-    for t in made.values():  # warm-up: first-call costs out of the timings
-        t.translate_chunk(lines[:50])
-    best = dict.fromkeys(made, float("inf"))
+    # each engine alone in its own process: loaded side by side in one process, both ran
+    # 10-40% slower (two OpenMP runtimes sharing two cores)
+    models = {"mtcli": SHIPPED, "ctranslate2": exported}
+    best: dict[tuple[str, str], float] = {}
     for _ in range(args.rounds):
-        for key, t in made.items():
-            best[key] = min(best[key], seconds(t, lines))
+        for name in SETTINGS:
+            for engine, model in models.items():
+                took = run_script(TIME_SCRIPT, engine_args(engine, model, name, args.threads, src))
+                best[engine, name] = min(best.get((engine, name), float("inf")), took)
     decode = {
         name: {
             "mtcli_s": round(best[("mtcli", name)], 2),
@@ -145,14 +160,10 @@ def main() -> None:
         ),  # fmt: skip
     }
     rss = {}
-    for engine, model in (("mtcli", SHIPPED), ("ctranslate2", exported)):
+    for engine, model in models.items():
         for name in ("beam5_fp32", "beam5_int8"):
-            beam, int8 = SETTINGS[name]
-            out = subprocess.run(
-                [py, "-c", RSS_SCRIPT, engine, str(model), str(beam), str(int(int8)), str(args.threads), str(src)],
-                check=True, capture_output=True, text=True, cwd=REPO,
-            )  # fmt: skip
-            rss[f"{engine}_{name}_mb"] = round(float(out.stdout.strip().splitlines()[-1]))
+            mb = run_script(RSS_SCRIPT, engine_args(engine, model, name, args.threads, src))
+            rss[f"{engine}_{name}_mb"] = round(mb)
     record = {
         "lines": len(lines),
         "threads": args.threads,

@@ -299,37 +299,47 @@ def greedy(
     rules: StepRules = NO_RULES,
     tracer: Tracer | None = None,
 ) -> list[Hypothesis]:
-    """Pick the most probable token at each step. src_ids, src_mask (B, S) -> B hypotheses."""
+    """Pick the most probable token at each step. src_ids, src_mask (B, S) -> B hypotheses.
+
+    A sentence that has produced EOS leaves the batch, so late steps cost only the long ones
+    (on the 2,000 Tatoeba test lines, 2.2x fewer decoder rows); a trace of attention needs
+    stable rows, so recording keeps everyone.
+    """
     B, device = src_ids.size(0), src_ids.device
     max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, output_limit(models))  # (B,)
+    n_steps = int(max_lens.max()) + 1  # + the forced EOS
     recorder = _Recorder() if with_attention else None
-    stepper = _Stepper(
-        models, src_ids, src_mask, int(max_lens.max()) + 1, use_cache=use_cache, recorder=recorder
-    )
-    sentence = torch.arange(B, device=device)
-    tokens = torch.zeros(B, 0, dtype=torch.long, device=device)  # (B, t)
+    stepper = _Stepper(models, src_ids, src_mask, n_steps, use_cache=use_cache, recorder=recorder)
+    tokens = torch.full((B, n_steps), PAD_ID, dtype=torch.long, device=device)  # per sentence
     raw = torch.zeros(B, device=device)
     lengths = torch.zeros(B, dtype=torch.long, device=device)
-    done = torch.zeros(B, dtype=torch.bool, device=device)
-    for step in range(int(max_lens.max()) + 1):
-        log_probs = stepper(tokens)  # (B, V)
+    rows = torch.arange(B, device=device)  # (N,) the sentence in each decoder row
+    done = torch.zeros(B, dtype=torch.bool, device=device)  # (N,) rows that ended, kept to record
+    for step in range(n_steps):
+        so_far = tokens[rows, :step]  # (N, step)
+        log_probs = stepper(so_far)  # (N, V)
         if rules.active:
-            log_probs = rules.apply(log_probs, step, tokens, sentence)
-        log_probs = _force_eos(log_probs, step >= max_lens)
+            log_probs = rules.apply(log_probs, step, so_far, rows)
+        log_probs = _force_eos(log_probs, step >= max_lens[rows])
         if tracer is not None:
-            tracer.record(step, log_probs, tokens, raw.masked_fill(done, NEG_INF), sentence)
-        best_lp, best = log_probs.max(dim=-1)  # (B,)
-        best = best.masked_fill(done, PAD_ID)  # finished rows emit padding
-        raw += best_lp.masked_fill(done, 0.0)
-        lengths += (~done).long()
-        tokens = torch.cat([tokens, best[:, None]], dim=1)
+            tracer.record(step, log_probs, so_far, raw[rows].masked_fill(done, NEG_INF), rows)
+        best_lp, best = log_probs.max(dim=-1)  # (N,)
+        live = rows[~done]
+        tokens[live, step] = best[~done]
+        raw[live] += best_lp[~done]
+        lengths[live] += 1
+        ended = (best == EOS_ID) & ~done  # (N,)
         if tracer is not None:
-            for b in ((best == EOS_ID) & ~done).nonzero().flatten().tolist():
+            for b in rows[ended].tolist():
                 score = float(raw[b] / length_penalty(float(lengths[b]), alpha))
                 tracer.finish(b, _strip(tokens[b].tolist()), score)
-        done |= best == EOS_ID
+        done |= ended
         if bool(done.all()):
             break
+        if recorder is None and bool(done.any()):
+            stay = (~done).nonzero().squeeze(1)
+            rows, done = rows[stay], done[stay]
+            stepper.select(stay, stay)
     scores = raw / length_penalty(lengths.float(), alpha)
     hyps = [Hypothesis(_strip(tokens[b].tolist()), float(scores[b])) for b in range(B)]
     if recorder is not None:

@@ -41,12 +41,24 @@ def quantize_int8(model: Seq2Seq) -> Seq2Seq:
     marks torch.ao.quantization deprecated; it still works, so the warnings are silenced here
     rather than shown to every user.
     """
+    _as_plain_linears(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.simplefilter("ignore", category=UserWarning)
         return torch.ao.quantization.quantize_dynamic(
             model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True
         )
+
+
+def _as_plain_linears(model: torch.nn.Module) -> None:
+    """Swap the model's Linear layers for nn.Linear on the same Parameters (ties kept): torch.ao
+    quantizes nn.Linear itself, not its subclasses."""
+    for name, module in list(model.named_modules()):
+        if isinstance(module, torch.nn.Linear) and type(module) is not torch.nn.Linear:
+            plain = torch.nn.Linear(module.in_features, module.out_features, bias=module.bias is not None)  # fmt: skip
+            plain.weight, plain.bias = module.weight, module.bias
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, plain)
 
 
 class Translator:

@@ -53,6 +53,29 @@ def test_cache_reorder_follows_back_pointers(tiny_model):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
+def test_cache_grows_past_its_first_positions_while_beams_reorder(tiny_model):
+    """20 steps (the buffers grow every 8 positions) with a reorder after each: every step's
+    logits equal recomputing the followed prefix in full."""
+    model = tiny_model
+    src, mask = _src(model, [6, 4])
+    src, mask = src[[0, 0, 1, 1]], mask[[0, 0, 1, 1]]  # two beams per sentence
+    memory = model.encode(src, mask)
+    g = torch.Generator().manual_seed(11)
+    cache = model.new_cache(24)
+    prefix = torch.full((4, 1), BOS_ID)
+    for _ in range(20):
+        got = model.decode(prefix[:, -1:], memory, mask, cache)[:, -1]
+        torch.testing.assert_close(
+            got, model.decode(prefix, memory, mask)[:, -1], atol=1e-5, rtol=0
+        )
+        back = torch.tensor([0, 0, 2, 2]) + torch.randint(
+            0, 2, (4,), generator=g
+        )  # within sentence
+        cache.reorder(back)
+        prefix = torch.cat([prefix[back], torch.randint(4, 24, (4, 1), generator=g)], dim=1)
+    assert cache.capacity == 24 > cache.GROWTH
+
+
 def test_cache_select_widens_reorders_and_drops_rows(tiny_model):
     """select() widens one row per sentence into beams (sharing its source K/V), and drops
     and reorders rows in one go."""
@@ -148,6 +171,11 @@ def test_padded_batch_equals_each_sentence_alone(tiny_model):
         assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in together[i]], abs=1e-5)
         assert greedy(tiny_model, alone_src, alone_src != PAD_ID)[0].tokens == together_g[i].tokens
+        # finished sentences leave greedy's batch: each score is still its own, teacher-forced
+        score = _sequence_score(
+            tiny_model, alone_src, alone_src != PAD_ID, together_g[i].tokens, 1.0
+        )
+        assert together_g[i].score == pytest.approx(score, abs=1e-4)
 
 
 def test_nbest_distinct_and_sorted(tiny_model):

@@ -12,6 +12,7 @@ import torch
 
 from mtcli.checkpoint import SaveRequest, load_model, save_model
 from mtcli.errors import UserError
+from mtcli.linear import Linear, bucket, onednn_available
 from mtcli.model import SelfAttention, Seq2Seq, attend, sinusoidal_positions
 from tests.conftest import tiny_config
 
@@ -317,3 +318,69 @@ def test_dropout_zeroes_with_probability_p_independently_and_scales_the_rest():
     assert torch.equal(drop(torch.ones(n)), y.detach())
     x = torch.randn(3, 5)
     assert drop.eval()(x) is x and Dropout(0.0).train()(x) is x
+
+
+def test_linear_inference_path_matches_float64_and_follows_weight_changes():
+    """In inference the Linear runs through oneDNN on a packed copy of its weight: the result
+    equals x Wᵀ + b in float64 for any batch shape, and a changed weight is re-packed."""
+    torch.manual_seed(0)
+    layer = Linear(24, 40)
+    for shape in [(1, 24), (5, 24), (33, 24), (257, 24), (3, 7, 24)]:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            got = layer(x)
+        expected = (x.double() @ layer.weight.double().T + layer.bias.double()).float()
+        assert got.shape == expected.shape
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    x = torch.randn(9, 24)
+    with torch.no_grad():
+        before = layer(x)
+        layer.weight.mul_(2.0)  # as an optimizer step or load_state_dict would, in place
+        after = layer(x)
+    torch.testing.assert_close(after - layer.bias, 2 * (before - layer.bias), atol=1e-5, rtol=1e-5)
+    assert layer._uses_onednn(x) == onednn_available()  # the path under test is the one taken
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_validation_between_fused_adam_steps_sees_the_new_weights(bf16):
+    """Fused Adam updates weights in place without bumping their version, so a packed copy
+    made for one validation must not survive the next training step, fp32 or bf16 autocast."""
+    torch.manual_seed(2)
+    layer = Linear(8, 6)
+    opt = torch.optim.Adam(layer.parameters(), lr=0.1, fused=True)
+    x = torch.randn(5, 8)
+    for _ in range(3):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = layer(x).float().square().sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias, atol=1e-5, rtol=1e-5)  # fmt: skip
+
+
+def test_linear_training_path_gradients_match_float64():
+    """With autograd the forward and both backward matmuls run through oneDNN: output and the
+    gradients of x, W and b equal float64 autograd through x Wᵀ + b."""
+    torch.manual_seed(1)
+    layer = Linear(24, 40)
+    x = torch.randn(3, 7, 24, requires_grad=True)
+    upstream = torch.randn(3, 7, 40)
+    (layer(x) * upstream).sum().backward()
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, layer.weight, layer.bias))
+    ((x64 @ w64.T + b64) * upstream.double()).sum().backward()
+    for got, expected in (
+        (x.grad, x64.grad),
+        (layer.weight.grad, w64.grad),
+        (layer.bias.grad, b64.grad),
+    ):
+        torch.testing.assert_close(got, expected.float(), atol=1e-4, rtol=1e-5)
+    assert layer._uses_onednn(x) == onednn_available()
+
+
+def test_row_buckets_are_few_and_close():
+    """Rows are padded to at most 16 sizes an octave, never more than 1/16 above the real count."""
+    sizes = {bucket(n) for n in range(1, 8193)}
+    assert all(n <= bucket(n) <= n + n // 16 for n in range(1, 8193))
+    assert [bucket(n) for n in (1, 31, 32, 33, 4000)] == [1, 31, 32, 34, 4096]
+    assert len(sizes) <= 32 + 16 * 8  # exact below 32, then 16 per octave up to 8192

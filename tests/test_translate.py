@@ -8,6 +8,7 @@ import random
 import threading
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from mtcli.checkpoint import load_model
@@ -15,7 +16,7 @@ from mtcli.cli import main
 from mtcli.config import DecodeConfig
 from mtcli.errors import UserError
 from mtcli.textio import read_chunks
-from mtcli.translate import Translator
+from mtcli.translate import Translator, quantize_int8
 from tests.conftest import run_mtcli, write_lines
 
 
@@ -120,6 +121,17 @@ def test_chunked_translation_keeps_order(copy_model_dir, copy_lines):
     )
     results = [t.text for t in translator.translate_stream(copy_lines)]
     assert results == copy_lines
+
+
+def test_int8_quantizes_every_linear_layer(tiny_model):
+    """mtcli's Linear is a subclass of nn.Linear, which torch.ao does not quantize by itself:
+    after quantize_int8 no float Linear is left, and each became a dynamic int8 one."""
+    linears = [name for name, m in tiny_model.named_modules() if isinstance(m, torch.nn.Linear)]
+    quantize_int8(tiny_model)
+    dynamic = torch.ao.nn.quantized.dynamic.Linear
+    kinds = {name: type(m) for name, m in tiny_model.named_modules() if name in linears}
+    assert kinds == dict.fromkeys(linears, dynamic)
+    assert not any(isinstance(m, torch.nn.Linear) for m in tiny_model.modules())
 
 
 def test_int8_quantized_translation(copy_model_dir, copy_lines):

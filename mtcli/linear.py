@@ -41,12 +41,6 @@ def onednn_available() -> bool:
         return False
 
 
-def bucket(rows: int) -> int:
-    """rows rounded up to a multiple of 2^(bits - 5): 16 sizes an octave, at most 6% more."""
-    step = 1 << max(rows.bit_length() - 5, 0)
-    return -(-rows // step) * step
-
-
 class _Packed:
     """A weight in oneDNN's layout, tagged with the version of the weight it was made from
     (in-place edits and load_state_dict bump the version; see Linear.forward for fused Adam).
@@ -118,11 +112,7 @@ class Linear(nn.Linear):
         if training:  # the weight changes at every step: not packed
             y = _TrainingLinear.apply(flat, self.weight, self.bias)
         else:
-            packed = self._packed.get(self.weight)
-            # inference pads the rows to a bucket, so that kernels compiled for a shape are
-            # met again at the next steps (a decoding batch shrinks as sentences finish)
-            padded = F.pad(flat, (0, 0, 0, bucket(rows) - rows))  # (M', in)
-            y = _onednn_linear(padded, packed, self.bias)[:rows]
+            y = _onednn_linear(flat, self._packed.get(self.weight), self.bias)
         return y.view(*x.shape[:-1], -1)
 
     def _uses_onednn(self, x: Tensor) -> bool:

@@ -145,9 +145,8 @@ class Translator:
         per_sentence = self.cfg.nbest if self.cfg.sample else self.cfg.beam_size
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         batch: list[int] = []
-        for i in order:
-            width = max(lengths[i], max((lengths[j] for j in batch), default=0))
-            if batch and (len(batch) + 1) * width * per_sentence > self.cfg.batch_tokens:
+        for i in order:  # ascending: the newest sentence is the widest
+            if batch and (len(batch) + 1) * lengths[i] * per_sentence > self.cfg.batch_tokens:
                 yield batch
                 batch = []
             batch.append(i)

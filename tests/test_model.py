@@ -12,7 +12,7 @@ import torch
 
 from mtcli.checkpoint import SaveRequest, load_model, save_model
 from mtcli.errors import UserError
-from mtcli.linear import Linear, bucket, onednn_available
+from mtcli.linear import Linear, onednn_available
 from mtcli.model import SelfAttention, Seq2Seq, attend, sinusoidal_positions
 from tests.conftest import tiny_config
 
@@ -376,11 +376,3 @@ def test_linear_training_path_gradients_match_float64():
     ):
         torch.testing.assert_close(got, expected.float(), atol=1e-4, rtol=1e-5)
     assert layer._uses_onednn(x) == onednn_available()
-
-
-def test_row_buckets_are_few_and_close():
-    """Rows are padded to at most 16 sizes an octave, never more than 1/16 above the real count."""
-    sizes = {bucket(n) for n in range(1, 8193)}
-    assert all(n <= bucket(n) <= n + n // 16 for n in range(1, 8193))
-    assert [bucket(n) for n in (1, 31, 32, 33, 4000)] == [1, 31, 32, 34, 4096]
-    assert len(sizes) <= 32 + 16 * 8  # exact below 32, then 16 per octave up to 8192

@@ -5,15 +5,17 @@ exactly), same lines, same threads: decode time without start-up, start-up, peak
 
 Decode times: each engine and setting in a fresh process of its own, which translates the
 Tatoeba test lines after a warm-up and reports the time of that pass alone (no start-up);
-settings and engines are interleaved over `rounds` and each keeps its fastest round. Start-up: the whole
-`mtcli translate "Why do we work?"` process, beside `python -c "import torch"`. Peak RSS: a
-fresh process per setting translating every line. Writes bench/results/ct2.json.
+settings and engines are interleaved over `rounds` and each keeps its fastest round.
+Start-up: the whole `mtcli translate "Why do we work?"` process, beside `python -c "import
+torch"`. Peak RSS: the median over the rounds of those same processes' peaks. Writes
+bench/results/ct2.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,8 +33,8 @@ SETTINGS = {  # name: (beam size, int8)
     "beam5_int8": (5, True),
 }
 
-RSS_SCRIPT = """
-import sys
+ENGINE_SCRIPT = """
+import sys, time
 from pathlib import Path
 engine, model, beam, int8, threads, src = sys.argv[1:7]
 lines = Path(src).read_text(encoding="utf-8").splitlines()
@@ -50,37 +52,14 @@ else:
     net = quantize_int8(loaded.model) if int8 == "1" else loaded.model
     del loaded.model
     t = Translator(net, loaded.tokenizer, cfg)
-for chunk in range(0, len(lines), 1000):
-    t.translate_chunk(lines[chunk:chunk + 1000])
-# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report its parent's
-hwm = [l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:")]
-print(int(hwm[0].split()[1]) / 1024)
-"""
-
-
-TIME_SCRIPT = """
-import sys, time
-from pathlib import Path
-engine, model, beam, int8, threads, src = sys.argv[1:7]
-lines = Path(src).read_text(encoding="utf-8").splitlines()
-from mtcli.config import DecodeConfig
-cfg = DecodeConfig(beam_size=int(beam))
-if engine == "ctranslate2":
-    from mtcli.ct2_engine import CT2Translator
-    t = CT2Translator(Path(model), cfg, threads=int(threads), quantize="int8" if int8 == "1" else "none")
-else:
-    import torch
-    torch.set_num_threads(int(threads))
-    from mtcli.checkpoint import load_model
-    from mtcli.translate import Translator, quantize_int8
-    loaded = load_model(model)
-    net = quantize_int8(loaded.model) if int8 == "1" else loaded.model
-    t = Translator(net, loaded.tokenizer, cfg)
 t.translate_chunk(lines[:50])  # warm-up: first-call costs out of the timing
 start = time.perf_counter()
 for chunk in range(0, len(lines), 1000):
     t.translate_chunk(lines[chunk:chunk + 1000])
-print(time.perf_counter() - start)
+took = time.perf_counter() - start
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report its parent's
+hwm = [l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:")]
+print(took, int(hwm[0].split()[1]) / 1024)
 """
 
 
@@ -89,12 +68,14 @@ def engine_args(engine: str, model: Path, name: str, threads: int, src: Path) ->
     return [engine, str(model), str(beam), str(int(int8)), str(threads), str(src)]
 
 
-def run_script(script: str, args: list[str]) -> float:
-    """The last line a fresh Python process running `script` prints, as a number."""
+def run_engine(args: list[str]) -> tuple[float, float]:
+    """(decode seconds, peak RSS in MB) of one fresh process running ENGINE_SCRIPT."""
     out = subprocess.run(
-        [sys.executable, "-c", script, *args], check=True, capture_output=True, text=True, cwd=REPO
-    )
-    return float(out.stdout.strip().splitlines()[-1])
+        [sys.executable, "-c", ENGINE_SCRIPT, *args],
+        check=True, capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    seconds, mb = out.stdout.strip().splitlines()[-1].split()
+    return float(seconds), float(mb)
 
 
 def startup(args: list[str], repeats: int = 3) -> float:
@@ -122,12 +103,15 @@ def main() -> None:
     # each engine alone in its own process: loaded side by side in one process, both ran
     # 10-40% slower (two OpenMP runtimes sharing two cores)
     models = {"mtcli": SHIPPED, "ctranslate2": exported}
-    best: dict[tuple[str, str], float] = {}
+    times: dict[tuple[str, str], list[float]] = {}
+    peaks: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for name in SETTINGS:
             for engine, model in models.items():
-                took = run_script(TIME_SCRIPT, engine_args(engine, model, name, args.threads, src))
-                best[engine, name] = min(best.get((engine, name), float("inf")), took)
+                took, mb = run_engine(engine_args(engine, model, name, args.threads, src))
+                times.setdefault((engine, name), []).append(took)
+                peaks.setdefault((engine, name), []).append(mb)
+    best = {key: min(values) for key, values in times.items()}
     decode = {
         name: {
             "mtcli_s": round(best[("mtcli", name)], 2),
@@ -159,11 +143,12 @@ def main() -> None:
             3,
         ),  # fmt: skip
     }
-    rss = {}
-    for engine, model in models.items():
-        for name in ("beam5_fp32", "beam5_int8"):
-            mb = run_script(RSS_SCRIPT, engine_args(engine, model, name, args.threads, src))
-            rss[f"{engine}_{name}_mb"] = round(mb)
+    # peak RSS differs by up to 50 MB between identical runs here (glibc's arenas): the median
+    rss = {
+        f"{engine}_{name}_mb": round(statistics.median(peaks[engine, name]))
+        for engine in models
+        for name in ("beam5_fp32", "beam5_int8")
+    }
     record = {
         "lines": len(lines),
         "threads": args.threads,

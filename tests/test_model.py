@@ -324,15 +324,15 @@ def test_linear_inference_path_matches_float64_and_follows_weight_changes():
     """In inference the Linear runs through oneDNN on a packed copy of its weight: the result
     equals x Wᵀ + b in float64 for any batch shape, and a changed weight is re-packed."""
     torch.manual_seed(0)
-    layer = Linear(24, 40)
-    for shape in [(1, 24), (5, 24), (33, 24), (257, 24), (3, 7, 24)]:
+    layer = Linear(96, 128)  # oneDNN from 86 rows on (MIN_ONEDNN_MACS), torch's own below
+    for shape in [(1, 96), (5, 96), (3, 7, 96), (99, 96), (257, 96), (3, 40, 96)]:
         x = torch.randn(*shape)
         with torch.no_grad():
             got = layer(x)
         expected = (x.double() @ layer.weight.double().T + layer.bias.double()).float()
         assert got.shape == expected.shape
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-    x = torch.randn(9, 24)
+    x = torch.randn(90, 96)
     with torch.no_grad():
         before = layer(x)
         layer.weight.mul_(2.0)  # as an optimizer step or load_state_dict would, in place
@@ -346,9 +346,9 @@ def test_validation_between_fused_adam_steps_sees_the_new_weights(bf16):
     """Fused Adam updates weights in place without bumping their version, so a packed copy
     made for one validation must not survive the next training step, fp32 or bf16 autocast."""
     torch.manual_seed(2)
-    layer = Linear(8, 6)
+    layer = Linear(96, 128)
     opt = torch.optim.Adam(layer.parameters(), lr=0.1, fused=True)
-    x = torch.randn(5, 8)
+    x = torch.randn(90, 96)
     for _ in range(3):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = layer(x).float().square().sum()
@@ -363,9 +363,9 @@ def test_linear_training_path_gradients_match_float64():
     """With autograd the forward and both backward matmuls run through oneDNN: output and the
     gradients of x, W and b equal float64 autograd through x Wᵀ + b."""
     torch.manual_seed(1)
-    layer = Linear(24, 40)
-    x = torch.randn(3, 7, 24, requires_grad=True)
-    upstream = torch.randn(3, 7, 40)
+    layer = Linear(96, 128)
+    x = torch.randn(3, 30, 96, requires_grad=True)
+    upstream = torch.randn(3, 30, 128)
     (layer(x) * upstream).sum().backward()
     x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, layer.weight, layer.bias))
     ((x64 @ w64.T + b64) * upstream.double()).sum().backward()

@@ -36,8 +36,8 @@ class KVCache:
     buffer (which then takes the old buffer's place) instead of a gather and a strided copy
     back: 5x less time for that step at 665 rows. The buffers grow GROWTH positions at a time
     up to `max_len` rather than being made for `max_len` at once: outputs mostly end far
-    below the limit of 1.5 x source + 10, and beam 5 over the Tatoeba test lines peaked 30%
-    lower in memory this way. Cross-attention K/V (B, H, S, K) are computed once from the
+    below the limit of 1.5 x source + 10 (beam 5 over the Tatoeba test lines: memory in use
+    at the peak 400 -> 299 MB, with 147 MB before decoding). Cross-attention K/V (B, H, S, K) are computed once from the
     encoder output by the first step and reused; they have one row per source, which the g
     beams of a sentence share (see CrossAttention).
     """

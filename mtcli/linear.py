@@ -2,8 +2,8 @@
 
 Why: torch's fp32 CPU matmul calls MKL, and MKL takes its AVX2 code on AMD processors; oneDNN
 (which torch also ships, and uses for bf16) takes AVX-512 on both. Measured on this project's
-2-core AMD EPYC: 190 against 450 GFLOP/s at the decoder's GEMM shapes, the same arithmetic to
-~1e-6. In inference the weight is reordered once into oneDNN's blocked layout and kept
+2-core AMD EPYC: 190 against 450 GFLOP/s at the decoder's GEMM shapes, the same results to
+~1e-6 relative. In inference the weight is reordered once into oneDNN's blocked layout and kept
 (re-packed if it changes); in training the forward and both backward matmuls go through
 oneDNN on the plain weight (an autograd Function). bf16 autocast, other dtypes and devices
 take nn.Linear's own path. Knows nothing about the Transformer.
@@ -22,7 +22,7 @@ from torch import Tensor, nn
 # oneDNN compiles a kernel for each matmul shape it meets and keeps the last 1,024 (in its
 # own cache and in torch's ideep layer), each holding memory that grows with the rows. Decoding
 # and training meet new shapes at nearly every step, so both caches only grew: a bf16 training
-# run (bf16 matmuls are oneDNN's too) peaked at 3.0 GB RSS after 2 minutes, 1.0 GB keeping 16.
+# run (bf16 matmuls are oneDNN's too) peaked at 3.2 GB RSS after 2 minutes, 1.0 GB keeping 16.
 # Read when oneDNN first runs, so set on import; a user's own setting wins.
 for _cache in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
     os.environ.setdefault(_cache, "16")

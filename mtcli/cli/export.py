@@ -32,9 +32,8 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
     """
     from mtcli.registry import find
 
-    checkpoints = [
-        str(find(c, "CHECKPOINT")) for c in checkpoints
-    ]  # a directory, or a model's name
+    # each a directory, or a shipped model's name
+    checkpoints = [str(find(c, "CHECKPOINT")) for c in checkpoints]
     if fmt == "ctranslate2":
         if len(checkpoints) > 1:
             raise UserError(

@@ -45,7 +45,9 @@ if engine == "ctranslate2":
     t = CT2Translator(Path(model), cfg, threads=int(threads), quantize="int8" if int8 == "1" else "none")
 else:
     import torch
+    from mtcli.allocator import keep_freed_memory
     torch.set_num_threads(int(threads))
+    keep_freed_memory()  # as mtcli translate does (cli.common.runtime_device)
     from mtcli.checkpoint import load_model
     from mtcli.translate import Translator, quantize_int8
     loaded = load_model(model)

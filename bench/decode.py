@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
 from bench.common import REPO, SHARED, SHIPPED, peak_rss_mb, read_lines, timed, write_result  # noqa: E402
+from mtcli.allocator import keep_freed_memory  # noqa: E402
 from mtcli.checkpoint import load_model  # noqa: E402
 from mtcli.config import DecodeConfig  # noqa: E402
 from mtcli.evaluate import bleu  # noqa: E402
@@ -86,6 +87,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as mtcli translate does
     loaded = load_model(args.model)
     lines = read_lines(SHARED / "tatoeba-en-zh" / "test.en", args.lines)
     refs = read_lines(SHARED / "tatoeba-en-zh" / "test.zh", args.lines)

@@ -261,13 +261,16 @@ def import_torch() -> None:
 
 
 def runtime_device(device: str, threads: int):
-    """The torch device to decode on; on CPU, torch gets `threads` (0 = all available cores)."""
+    """The torch device to decode on; on CPU, torch gets `threads` (0 = all available cores)
+    and freed memory is kept for the next step's tensors (see mtcli.allocator)."""
     import_torch()
+    from mtcli.allocator import keep_freed_memory
     from mtcli.device import pick_device, use_cores
 
     chosen = pick_device(device)
     if chosen.type == "cpu":
         use_cores(threads)
+        keep_freed_memory()
     return chosen
 
 

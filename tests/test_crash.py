@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -39,12 +40,17 @@ def _kill_args(tmp_path: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "mtcli", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env={**os.environ, "NO_COLOR": "1"},
-    )  # fmt: skip
+def _start(args: list[str], log: Path | None = None) -> subprocess.Popen:
+    """The real `mtcli` with stderr piped, or written to `log` (a run nobody reads while it
+    goes would block once the pipe is full)."""
+    command = [sys.executable, "-m", "mtcli", *args]
+    env = {**os.environ, "NO_COLOR": "1"}
+    if log is None:
+        return subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
+        )
+    with log.open("w") as err:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=env)
 
 
 def _kill_at_a_random_moment(proc: subprocess.Popen, rng: random.Random) -> str:
@@ -82,9 +88,11 @@ def test_sigkill_at_random_moments_then_rerun_is_bit_exact(tmp_path):
     """A run SIGKILLed at 5 random moments and re-run after each kill ends with exactly the
     weights of an uninterrupted run; after every kill, every checkpoint on disk loads."""
     rng = random.Random(int(os.environ.get("MTCLI_KILL_SEED", time.time())))
-    straight = _start(_kill_args(tmp_path, tmp_path / "straight"))
-    assert straight.wait(timeout=300) == 0, straight.stderr.read()
+    # the uninterrupted run goes on beside the killed ones (each takes one thread); both
+    # argument lists are made first, as making one rewrites the corpus files a run reads
+    uninterrupted = _kill_args(tmp_path, tmp_path / "straight")
     args = _kill_args(tmp_path, tmp_path / "killed")
+    straight = _start(uninterrupted, log=tmp_path / "straight.log")
     moments = []
     for _ in range(5):
         moments.append(_kill_at_a_random_moment(_start(args), rng))
@@ -92,6 +100,7 @@ def test_sigkill_at_random_moments_then_rerun_is_bit_exact(tmp_path):
     final = _start(args)
     out, err = final.communicate(timeout=300)
     assert final.returncode == 0 and "Traceback" not in err, err
+    assert straight.wait(timeout=300) == 0, (tmp_path / "straight.log").read_text()
     a = load_file(str(tmp_path / "straight" / "last" / "model.safetensors"))
     b = load_file(str(tmp_path / "killed" / "last" / "model.safetensors"))
     assert a.keys() == b.keys()
@@ -104,11 +113,15 @@ def test_sigkill_at_random_moments_then_rerun_is_bit_exact(tmp_path):
 @pytest.mark.slow
 def test_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path):
     """Ctrl-C twice, 0.05 s apart, at three moments: exit 130, no traceback; what is on disk loads."""
-    for attempt in range(3):
-        out = tmp_path / f"run{attempt}"
-        proc = _start(_kill_args(tmp_path, out))
-        while not proc.stderr.readline().startswith("epoch "):
-            pass
+
+    outs = [tmp_path / f"run{attempt}" for attempt in range(3)]
+    runs = [_kill_args(tmp_path, out) for out in outs]  # one at a time: they write files
+
+    def interrupt_twice(attempt: int) -> None:
+        out = outs[attempt]
+        proc = _start(runs[attempt])
+        while not (line := proc.stderr.readline()).startswith("epoch "):
+            assert line, "the run ended before its first step"
         time.sleep(0.1 * attempt)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.05)
@@ -116,6 +129,9 @@ def test_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path):
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130 and "Traceback" not in err, err
         _every_checkpoint_loads(out)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:  # start-up is most of each: overlap it
+        list(pool.map(interrupt_twice, range(3)))
 
 
 # ---------------------------------------------------------------- resuming by re-running

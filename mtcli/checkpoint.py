@@ -6,7 +6,8 @@ A model directory is self-describing:
   tokenizer.json, *.model   the sentencepiece tokenizer it was trained with
   trainer_state.pt     optional: optimizer, schedule, data position, RNG (weights_only load)
 Loading never executes code from the directory, and every file is checked before the model is
-built, so a damaged directory is one line naming the file. Knows nothing about training loops.
+built (all that needs no model in model_dir.py, without torch; the tensor shapes here), so a
+damaged directory is one line naming the file. Knows nothing about training loops.
 """
 
 from __future__ import annotations
@@ -21,15 +22,21 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from mtcli import __version__, files
-from mtcli.config import ConfigError, ModelConfig, build, to_dict
+from mtcli.config import ModelConfig, to_dict
 from mtcli.errors import UserError
 from mtcli.model import Seq2Seq
-from mtcli.textio import read_json
+from mtcli.model_dir import (
+    CONFIG_FILE,
+    FLOAT_DTYPES,
+    FORMAT,
+    STATE_FILE,
+    WEIGHTS_FILE,
+    check_export_out,
+    check_model_files,
+    read_config,
+    resolve_dir,
+)
 from mtcli.tokenizer import Tokenizer, file_sha256
-
-FORMAT = 1
-CONFIG_FILE, WEIGHTS_FILE, STATE_FILE = "config.json", "model.safetensors", "trainer_state.pt"
-_FLOAT_DTYPES = {"F32", "F16", "BF16"}
 
 
 @dataclass
@@ -82,11 +89,6 @@ def _unique_tensors(model: Seq2Seq, dtype: torch.dtype) -> dict[str, torch.Tenso
     }
 
 
-def resolve_dir(path: str | Path) -> Path:
-    """The model directory to read (see files.resolve_dir)."""
-    return files.resolve_dir(path, CONFIG_FILE)
-
-
 def write_model_dir(model: Seq2Seq, tmp: Path, request: SaveRequest) -> None:
     """Fill the empty directory `tmp` with everything a model directory holds."""
     tok_files = Tokenizer.model_files(request.tokenizer_dir)
@@ -123,75 +125,13 @@ def save_model(model: Seq2Seq, path: str | Path, request: SaveRequest) -> Path:
 
 
 # ---------------------------------------------------------------- checks before loading
-def read_config(path: str | Path) -> dict:
-    """config.json of a model directory, checked: an object, a known format, a valid model."""
-    path = resolve_dir(path)
-    cfg_path = path / CONFIG_FILE
-    if not path.is_dir():
-        raise UserError(f"{path}: no such model directory")
-    if not cfg_path.is_file():
-        raise UserError(f"{path}: not a model directory (no {CONFIG_FILE})")
-    config = read_json(cfg_path)
-    if not isinstance(config, dict):
-        raise UserError(f"{cfg_path}: expected a JSON object, found {type(config).__name__}")
-    fmt = config.get("format", 0)
-    if not isinstance(fmt, int) or isinstance(fmt, bool):
-        raise UserError(f"{cfg_path}: format must be an integer, not {fmt!r}")
-    if fmt > FORMAT:
-        raise UserError(f"{cfg_path}: format {fmt} is newer than this mtcli reads ({FORMAT})")
-    model_config(config, cfg_path)  # the model table must be valid before anything uses it
-    return config
-
-
-def model_config(config: dict, cfg_path: Path) -> ModelConfig:
-    """The ModelConfig recorded in config.json; a bad value names the file and the key."""
-    try:
-        return build(ModelConfig, config.get("model"), lambda key: "model." + key)
-    except ConfigError as e:
-        raise UserError(f"{cfg_path}: {e}") from None
-
-
-def read_safetensors_header(path: Path) -> dict[str, dict]:
-    """Tensor name -> {dtype, shape, data_offsets} from a safetensors file, without loading it.
-
-    The format: 8 bytes little-endian header length, a JSON header, then the tensor bytes;
-    a truncated file is caught by offsets that run past its end.
-    """
-    if not path.is_file():
-        raise UserError(f"{path}: missing")
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        n = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if not 0 < n <= size - 8:
-            raise UserError(f"{path}: not a safetensors file (bad header length)")
-        try:
-            header = json.loads(f.read(n))
-        except (ValueError, UnicodeDecodeError):
-            raise UserError(f"{path}: not a safetensors file (unreadable header)") from None
-    if not isinstance(header, dict):
-        raise UserError(f"{path}: not a safetensors file (header is not an object)")
-    header.pop("__metadata__", None)
-    data_size = size - 8 - n
-    for name, entry in header.items():
-        try:
-            begin, end = entry["data_offsets"]
-            ok = 0 <= begin <= end <= data_size and isinstance(entry["shape"], list)
-        except (TypeError, KeyError, ValueError):
-            ok = False
-        if not ok:
-            raise UserError(f"{path}: tensor {name} runs past the end of the file (truncated?)")
-    return header
-
-
-def check_weights(path: Path, model: Seq2Seq) -> None:
-    """Every tensor the model's config implies is in the file, with its shape and a float dtype.
+def check_weights(weights: Path, header: dict[str, dict], model: Seq2Seq) -> None:
+    """Every tensor the model's config implies is in the file's header, with its shape and a
+    float dtype.
 
     (The model is built before this check, as load_model needs it anyway; building it under
     torch.device("meta") instead would import torch._dynamo: over a second of start-up.)
     """
-    weights = path / WEIGHTS_FILE
-    header = read_safetensors_header(weights)
     expected = {
         name: list(t.shape)
         for name, t in model.state_dict().items()
@@ -207,41 +147,17 @@ def check_weights(path: Path, model: Seq2Seq) -> None:
                 f"{weights}: {name} has shape {tuple(header[name]['shape'])} but "
                 f"{CONFIG_FILE} implies {tuple(shape)}"
             )
-        if header[name].get("dtype") not in _FLOAT_DTYPES:
+        if header[name].get("dtype") not in FLOAT_DTYPES:
             raise UserError(f"{weights}: {name} has dtype {header[name].get('dtype')}")
-
-
-def _check_tokenizer(
-    path: Path, config: dict, tokenizer: Tokenizer, model_cfg: ModelConfig
-) -> None:
-    """Refuse a directory whose tokenizer files or vocabulary differ from what the model was built on."""
-    recorded = config.get("tokenizer", {})
-    if not isinstance(recorded, dict):
-        raise UserError(f"{path / CONFIG_FILE}: tokenizer must be a table of file hashes")
-    for name, digest in recorded.items():
-        if not (path / name).is_file() or file_sha256(path / name) != digest:
-            raise UserError(
-                f"{path / name}: tokenizer file does not match the one recorded in {CONFIG_FILE}"
-            )
-    sizes = (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
-    if sizes != (model_cfg.src_vocab_size, model_cfg.tgt_vocab_size):
-        raise UserError(
-            f"{path}: tokenizer vocabulary {sizes} does not match the model's "
-            f"({model_cfg.src_vocab_size}, {model_cfg.tgt_vocab_size})"
-        )
 
 
 def check_model_dir(path: str | Path) -> tuple[Path, dict, Seq2Seq, Tokenizer]:
     """Everything `load_model` needs, each file checked (the model built, its weights not yet
     loaded); raises UserError naming a bad file."""
-    path = resolve_dir(path)
-    config = read_config(path)
-    model_cfg = model_config(config, path / CONFIG_FILE)
-    tokenizer = Tokenizer.load(path)
-    _check_tokenizer(path, config, tokenizer, model_cfg)
-    model = Seq2Seq(model_cfg)
-    check_weights(path, model)
-    return path, config, model, tokenizer
+    checked = check_model_files(path)  # all that needs no model (model_dir.py)
+    model = Seq2Seq(checked.model_cfg)
+    check_weights(checked.path / WEIGHTS_FILE, checked.header, model)
+    return checked.path, checked.config, model, checked.tokenizer
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
@@ -295,16 +211,6 @@ def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
         for name, tensor in load_file(str(resolve_dir(p) / WEIGHTS_FILE)).items():
             total[name] = total.get(name, 0) + tensor.double()
     return {name: (t / len(paths)).float() for name, t in total.items()}
-
-
-def check_export_out(checkpoints: list[Path], out: Path, force: bool) -> None:
-    """--out may not be an input or hold one, and may replace only an mtcli model directory."""
-    target = out.resolve()
-    for c in checkpoints:
-        c = c.resolve()
-        if c == target or target in c.parents:
-            raise UserError(f"--out {out}: would replace the checkpoint {c.name} it reads")
-    files.check_replaceable(out, "model", "--out", force)
 
 
 def export_model(

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtcli.errors import UserError
+from mtcli.model_dir import CONFIG_FILE, WEIGHTS_FILE, read_safetensors_header
 
-CONFIG_FILE, WEIGHTS_FILE, CARD_FILE = "config.json", "model.safetensors", "README.md"
+CARD_FILE = "README.md"
 HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef]")
 LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+")
 
@@ -58,7 +59,7 @@ class ModelInfo:
     @property
     def parameters(self) -> int:
         """Parameters counted from the weights file's header (tied weights are stored once)."""
-        header = _safetensors_header(self.path / WEIGHTS_FILE)
+        header = read_safetensors_header(self.path / WEIGHTS_FILE)
         total = 0
         for entry in header.values():
             count = 1
@@ -66,14 +67,6 @@ class ModelInfo:
                 count *= dim
             total += count
         return total
-
-
-def _safetensors_header(path: Path) -> dict:
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-    header.pop("__metadata__", None)
-    return header
 
 
 def read_card(path: Path) -> dict:

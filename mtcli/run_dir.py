@@ -26,10 +26,10 @@ from mtcli.files import (
     temp_dir_beside,
     write_file_atomic,
 )
+from mtcli.model_dir import CONFIG_FILE, STATE_FILE
 from mtcli.reports import StepReport, ValidReport, as_record
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
-CONFIG_FILE, STATE_FILE = "config.json", "trainer_state.pt"  # as in checkpoint.py
 METRICS, LOCK = "metrics.jsonl", ".lock"
 OWN = ("last", "best", "tokenizer", METRICS)  # with step-N: what mtcli writes into OUT
 

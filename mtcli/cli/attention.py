@@ -6,6 +6,7 @@ import click
 
 from mtcli.cli.common import (
     build_decode_config,
+    check_models_early,
     check_output_file,
     console,
     decode_options,
@@ -44,6 +45,7 @@ def attention_command(
     cfg = build_decode_config(**decode)
     check_output_file(png, "--png", force)
     model_dir = model_for_text(model, [sentence])
+    check_models_early([model_dir])
     device = runtime_device(device, threads)
     import torch
 

@@ -260,6 +260,17 @@ def import_torch() -> None:
     gc.freeze()
 
 
+def check_models_early(paths: list[Path | None]) -> None:
+    """Each model directory's files, checked before torch is imported (see mtcli.model_dir):
+    a damaged one is one line at once rather than after torch's second of start-up. Loading
+    checks them again, with the tensor shapes; None (a model chosen per line) is skipped."""
+    from mtcli.model_dir import check_model_files
+
+    for path in paths:
+        if path is not None:
+            check_model_files(path)
+
+
 def runtime_device(device: str, threads: int):
     """The torch device to decode on; on CPU, torch gets `threads` (0 = all available cores)
     and freed memory is kept for the next step's tensors (see mtcli.allocator)."""

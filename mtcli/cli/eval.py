@@ -10,6 +10,7 @@ from rich.table import Table
 
 from mtcli.cli.common import (
     build_decode_config,
+    check_models_early,
     decode_options,
     model_for_text,
     runtime_device,
@@ -34,6 +35,7 @@ def _read(path: str) -> list[str]:
 
 def _translate_source(model_dir, src: str, device: str, threads: int, cfg) -> tuple[list[str], str]:
     """Translate a source file with a model; also returns the model's target language."""
+    check_models_early([model_dir])
     torch_device = runtime_device(device, threads)
     from mtcli.checkpoint import load_model
     from mtcli.translate import Translator

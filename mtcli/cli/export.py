@@ -46,6 +46,13 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
             f"wrote {out} (CTranslate2; translate with --engine ctranslate2 -m {out})", markup=False
         )
         return
+    from mtcli.model_dir import check_export_out, check_model_files
+
+    # before torch: a wrong --out or a damaged checkpoint is one line at once (export_model
+    # checks again, with the tensor shapes)
+    check_export_out([Path(c) for c in checkpoints], Path(out), force)
+    for checkpoint in checkpoints:
+        check_model_files(checkpoint)
     import_torch()
     import torch
 

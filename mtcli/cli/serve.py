@@ -9,6 +9,7 @@ import click
 
 from mtcli.cli.common import (
     build_decode_config,
+    check_models_early,
     console,
     decode_options,
     engine_option,
@@ -128,6 +129,7 @@ def serve_command(
                 f"{bad[0]}: not a CTranslate2 export of mtcli (`mtcli export --format ctranslate2`)"
             )
     else:
+        check_models_early(paths)
         torch_device = runtime_device(device, threads)
 
     def load() -> list[Served]:

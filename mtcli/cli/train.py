@@ -129,7 +129,7 @@ def recorded_layer(checkpoint: Path) -> Layer:
 
 def init_layer(init: str) -> Layer:
     """--init MODEL: its shape and languages are the defaults of the new run."""
-    from mtcli.checkpoint import read_config
+    from mtcli.model_dir import read_config  # no torch: a bad --init is one line at once
 
     config = read_config(init)
     langs = {

@@ -14,6 +14,7 @@ from rich.progress import MofNCompleteColumn, Progress
 
 from mtcli.cli.common import (
     build_decode_config,
+    check_models_early,
     check_output_file,
     chosen_model,
     console,
@@ -157,6 +158,7 @@ def translate_command(
     if engine == "ctranslate2":  # neither torch nor mtcli's decoder is imported on this path
         translator = _ct2_translator(paths, cfg, device, threads, quantize, glossary, trace, align, say)  # fmt: skip
     else:
+        check_models_early(paths)
         device = runtime_device(device, threads)
 
         def load(paths):

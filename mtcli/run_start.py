@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtcli.checkpoint import check_model_dir, load_model, load_trainer_state
+from mtcli.checkpoint import load_model, load_trainer_state
 from mtcli.config import (
     RESUMABLE_CHANGES,
     ModelConfig,
@@ -21,38 +21,15 @@ from mtcli.config import (
     from_dict,
     to_dict,
 )
-from mtcli.data import Corpus, check_parallel, load_corpus, read_corpus, resplit
+from mtcli.data import Corpus, load_corpus, resplit
 from mtcli.distributed import ProcessGroup
 from mtcli.errors import UserError
 from mtcli.model import Seq2Seq
+from mtcli.parallel_text import read_corpus
 from mtcli.reports import Message
-from mtcli.run_dir import RunDir, check_run_out, recorded_settings, resume_point
+from mtcli.run_checks import architecture_differences
+from mtcli.run_dir import RunDir, recorded_settings, resume_point
 from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
-
-# model fields that follow from the tokenizer, not from the user's settings
-DERIVED_MODEL_FIELDS = ("src_vocab_size", "tgt_vocab_size", "share_embeddings")
-
-
-def check_inputs(cfg: TrainConfig, force: bool) -> None:
-    """Every input a run reads, checked before it writes anything: --out, the corpora, the
-    tokenizer or --init model, the TensorBoard package."""
-    check_run_out(Path(cfg.out), force)
-    # a corpus mistake (missing file, misaligned lines, bad UTF-8) should stop the run before
-    # minutes go into training a tokenizer on it
-    for src, tgt in ((cfg.src, cfg.tgt), (cfg.valid_src, cfg.valid_tgt)):
-        if src:
-            check_parallel(src, tgt or None)
-    if cfg.tokenizer:
-        Tokenizer.load(cfg.tokenizer)
-    if cfg.init:
-        check_init(cfg)
-    if cfg.tensorboard:
-        try:
-            import tensorboard  # noqa: F401
-        except ImportError:
-            raise UserError(
-                "--tensorboard needs the tensorboard package: pip install 'mtcli[tensorboard]'"
-            ) from None
 
 
 def prepare_tokenizer(cfg: TrainConfig, group: ProcessGroup) -> Path:
@@ -108,12 +85,6 @@ def build_model_config(cfg: TrainConfig, tokenizer: Tokenizer) -> ModelConfig:
     )
 
 
-def architecture_differences(wanted: ModelConfig, actual: ModelConfig) -> list[tuple]:
-    """(field, actual, wanted) for each model field the user chose that differs."""
-    a, w = to_dict(actual), to_dict(wanted)
-    return [(k, a[k], w[k]) for k in a if k not in DERIVED_MODEL_FIELDS and a[k] != w[k]]
-
-
 def check_same_run(checkpoint: Path, cfg: TrainConfig) -> list[tuple]:
     """Refuse to resume a checkpoint with other model, data or optimisation settings.
 
@@ -163,20 +134,6 @@ def continue_run(checkpoint: Path, cfg: TrainConfig, say) -> Start:
         say(Message(f"resuming with {key} {old!r} -> {new!r}"))
     say(Message(f"resuming from {checkpoint} at step {state['step']} (--restart to start over)"))
     return Start(loaded.model, loaded.tokenizer, loaded.path, state)
-
-
-def check_init(cfg: TrainConfig) -> None:
-    """--init MODEL brings its shape and tokenizer: a flag that asks for others is refused."""
-    path, _, model, _ = check_model_dir(cfg.init)
-    model_cfg = model.cfg
-    if cfg.tokenizer and Path(cfg.tokenizer).resolve() != path.resolve():
-        raise UserError(
-            f"--tokenizer {cfg.tokenizer} conflicts with --init {cfg.init}: the model brings its "
-            "own tokenizer"
-        )
-    if diffs := architecture_differences(cfg.model, model_cfg):
-        k, actual, wanted = diffs[0]
-        raise UserError(f"--init {cfg.init} has {k} {actual!r}; it cannot be trained as {wanted!r}")
 
 
 def start_from_model(cfg: TrainConfig) -> Start:

@@ -27,15 +27,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mtcli.checkpoint import SaveRequest, write_model_dir
+from mtcli.checkpoint import SaveRequest, check_model_dir, write_model_dir
 from mtcli.config import TrainConfig, to_dict
-from mtcli.data import Corpus, collate, epoch_batches, read_corpus
+from mtcli.data import Corpus, collate, epoch_batches
 from mtcli.device import pick_device, use_cores
 from mtcli.distributed import ProcessGroup, rng_state, set_rng_state, start_process_group
 from mtcli.errors import Interrupted
+from mtcli.parallel_text import read_corpus
 from mtcli.reports import Message, Report, StepReport, TrainResult, ValidReport
+from mtcli.run_checks import check_inputs
 from mtcli.run_dir import RunDir
-from mtcli.run_start import begin_run, check_inputs, epoch_corpus, load_pairs, load_training_set
+from mtcli.run_start import begin_run, epoch_corpus, load_pairs, load_training_set
 from mtcli.validation import Validator, smoothed_loss
 
 
@@ -166,6 +168,8 @@ def train(
     if device.type == "cpu":
         use_cores(cfg.threads)
     check_inputs(cfg, force)  # before OUT is touched: a mistake there writes nothing
+    if cfg.init:
+        check_model_dir(cfg.init)  # its tensor shapes too, the one check that needs torch
     group = start_process_group(device)
     run = RunDir.open(cfg.out, writer=group.is_main, force=force)
     try:

@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from mtcli.checkpoint import load_model, load_trainer_state
+from mtcli.config import ModelConfig, from_dict
 from mtcli.errors import UserError
 from mtcli.files import clean_leftovers, replace_dir, temp_dir_beside
 from mtcli.run_dir import STEP_DIR, RunDir
@@ -245,6 +246,20 @@ def test_init_fine_tunes_from_a_model(tmp_path, copy_model_dir):
     assert (tmp_path / "ft" / "last" / "spm.model").read_bytes() == (
         copy_model_dir / "spm.model"
     ).read_bytes()
+
+
+def test_init_whose_weights_disagree_with_its_config_writes_nothing(tmp_path, copy_model_dir):
+    """The --init model's tensor shapes are checked (with torch) before OUT is created."""
+    model = tmp_path / "model"
+    shutil.copytree(copy_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    config["model"]["d_ff"] *= 2
+    (model / "config.json").write_text(json.dumps(config))
+    cfg = _cfg(tmp_path, max_steps=3, out=str(tmp_path / "ft"), tokenizer="")
+    cfg = dataclasses.replace(cfg, init=str(model), model=from_dict(ModelConfig, config["model"]))
+    with pytest.raises(UserError, match=r"has shape .* but config.json implies"):
+        train(cfg)
+    assert not (tmp_path / "ft").exists()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -6,8 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.data import epoch_batches, load_corpus, make_batches, read_corpus, read_parallel
+from mtcli.data import epoch_batches, load_corpus, make_batches
 from mtcli.errors import UserError
+from mtcli.parallel_text import read_corpus, read_parallel
 from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from tests.conftest import TATOEBA, run_mtcli, write_lines
 

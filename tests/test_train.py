@@ -120,7 +120,7 @@ def test_resume_gives_the_same_losses(tmp_path, bpe_dropout):
 def test_bpe_dropout_resplits_each_epoch_reproducibly(tmp_path):
     """BPE-dropout re-splits the same pairs differently per epoch, identically for the same epoch,
     and every split still decodes to the original text."""
-    from mtcli.data import read_corpus
+    from mtcli.parallel_text import read_corpus
     from mtcli.run_start import epoch_corpus, load_pairs
     from mtcli.tokenizer import Tokenizer
 

@@ -236,7 +236,10 @@ def train_command(config_path, resume, restart, force, **flags) -> None:
         raise UserError(
             "--src is required (or set src in --config); without --tgt it is a TSV file"
         )
-    import_torch()  # only once the settings are known to be good
+    from mtcli.run_checks import check_inputs
+
+    check_inputs(cfg, force)  # without torch: a wrong file or --out is one line at once
+    import_torch()  # only once the settings and inputs are known to be good
     from mtcli.train import train
 
     with ProgressReporter() as reporter:

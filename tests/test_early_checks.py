@@ -1,4 +1,5 @@
-"""A model directory's files are checked before a command imports torch: one line at once."""
+"""Inputs are checked before a command imports torch: a mistake is one line at once, not after
+torch's second of start-up (model directories: model_dir.py; training inputs: run_checks.py)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,40 @@ def test_export_over_a_user_folder_is_refused_before_torch(copy_model_dir, tmp_p
     assert code == 2 and "not an mtcli model" in err, err
     assert out.splitlines()[-1] == "torch imported: False"
     assert (mine / "notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("out is a file", "is a file; a training run needs a directory"),
+        ("out is a user folder", "a directory that is not an mtcli training run"),
+        ("misaligned corpus", "has 2 lines but"),
+        ("init with another shape", "it cannot be trained as"),
+    ],
+)
+def test_training_inputs_are_refused_before_torch(copy_model_dir, tmp_path, case, expected):
+    src, tgt = tmp_path / "a.en", tmp_path / "a.zh"
+    src.write_text("a b\nc d\n")
+    tgt.write_text("一\n二\n")
+    args = ["train", "--src", str(src), "--tgt", str(tgt), "--out", str(tmp_path / "run")]
+    if case == "out is a file":
+        args[-1] = str(src / "run")
+    elif case == "out is a user folder":
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "thesis.tex").write_text("mine\n")
+    elif case == "misaligned corpus":
+        tgt.write_text("一\n")
+    else:
+        args += [
+            "--init",
+            str(copy_model_dir),
+            "--max-len",
+            "32",
+            "--d-model",
+            "8",
+            "--n-heads",
+            "2",
+        ]
+    code, out, err = _run(*args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
+    assert out.splitlines()[-1] == "torch imported: False"

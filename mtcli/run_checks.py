@@ -1,0 +1,62 @@
+"""Every input a training run reads, checked before anything is written, and without torch:
+--out, the corpora, the tokenizer, an --init model's files, optional packages.
+
+The CLI runs these before it imports torch, so a mistake is one line at once; train() runs
+them again for callers of the library (reading the corpora once more, a small cost beside a
+run). What needs torch, the --init model's tensor shapes, train() checks itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtcli.config import ModelConfig, TrainConfig, to_dict
+from mtcli.errors import UserError
+from mtcli.model_dir import check_model_files
+from mtcli.parallel_text import check_parallel
+from mtcli.run_dir import check_run_out
+from mtcli.tokenizer import Tokenizer
+
+# model fields that follow from the tokenizer, not from the user's settings
+DERIVED_MODEL_FIELDS = ("src_vocab_size", "tgt_vocab_size", "share_embeddings")
+
+
+def check_inputs(cfg: TrainConfig, force: bool) -> None:
+    """Every input a run reads, checked before it writes anything: --out, the corpora, the
+    tokenizer or --init model, the TensorBoard package."""
+    check_run_out(Path(cfg.out), force)
+    # a corpus mistake (missing file, misaligned lines, bad UTF-8) should stop the run before
+    # minutes go into training a tokenizer on it
+    for src, tgt in ((cfg.src, cfg.tgt), (cfg.valid_src, cfg.valid_tgt)):
+        if src:
+            check_parallel(src, tgt or None)
+    if cfg.tokenizer:
+        Tokenizer.load(cfg.tokenizer)
+    if cfg.init:
+        check_init(cfg)
+    if cfg.tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise UserError(
+                "--tensorboard needs the tensorboard package: pip install 'mtcli[tensorboard]'"
+            ) from None
+
+
+def check_init(cfg: TrainConfig) -> None:
+    """--init MODEL brings its shape and tokenizer: a flag that asks for others is refused."""
+    checked = check_model_files(cfg.init)
+    if cfg.tokenizer and Path(cfg.tokenizer).resolve() != checked.path.resolve():
+        raise UserError(
+            f"--tokenizer {cfg.tokenizer} conflicts with --init {cfg.init}: the model brings its "
+            "own tokenizer"
+        )
+    if diffs := architecture_differences(cfg.model, checked.model_cfg):
+        k, actual, wanted = diffs[0]
+        raise UserError(f"--init {cfg.init} has {k} {actual!r}; it cannot be trained as {wanted!r}")
+
+
+def architecture_differences(wanted: ModelConfig, actual: ModelConfig) -> list[tuple]:
+    """(field, actual, wanted) for each model field the user chose that differs."""
+    a, w = to_dict(actual), to_dict(wanted)
+    return [(k, a[k], w[k]) for k in a if k not in DERIVED_MODEL_FIELDS and a[k] != w[k]]

@@ -65,7 +65,9 @@ class _Server:
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/cmn-eng.zip"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # a short poll: shutdown() waits for the next one (0.5 s by default, at every teardown)
+        poll = {"poll_interval": 0.02}
+        threading.Thread(target=self.httpd.serve_forever, kwargs=poll, daemon=True).start()
 
     def close(self):
         self.httpd.shutdown()

@@ -1,6 +1,6 @@
-"""Where a training run starts: the checks of every input before anything is written, and the
-model, tokenizer and trainer state of a run that is new, fine-tuned from a model (--init), or
-continued from one of its checkpoints (refused when its model or data settings changed).
+"""Where a training run starts: the model, tokenizer and trainer state of a run that is new,
+fine-tuned from a model (--init), or continued from one of its checkpoints (refused when its
+model or data settings changed). The inputs were checked before (run_checks.py).
 
 Knows nothing of the loop itself; train.py calls `begin_run` and `load_training_set`.
 """

@@ -95,6 +95,24 @@ def test_models_lists_shipped_and_model_path(tmp_path, copy_model_dir, copy_line
     assert result.exit_code == 0 and result.stdout == line + "\n"
 
 
+def test_a_damaged_installed_model_is_listed_with_a_warning(tmp_path, copy_model_dir, monkeypatch):
+    """One model with a broken weights header does not hide the others: it is listed as
+    damaged, one warning names its file, and the exit code is 0."""
+    shutil.copytree(copy_model_dir, tmp_path / "broken")
+    weights = tmp_path / "broken" / "model.safetensors"
+    weights.write_bytes(b"\xff" * 8 + weights.read_bytes()[8:])
+    monkeypatch.setenv("MTCLI_MODEL_PATH", str(tmp_path))
+    result = CliRunner().invoke(main, ["models", "--json"])
+    records = {r["name"]: r for r in map(json.loads, result.stdout.splitlines())}
+    assert result.exit_code == 0 and records["broken"]["parameters"] is None
+    assert records["en-zh-tiny"]["parameters"] > 0
+    assert (
+        result.stderr.strip() == f"Warning: {weights}: not a safetensors file (bad header length)"
+    )
+    table = CliRunner().invoke(main, ["models"])
+    assert table.exit_code == 0 and "damaged" in table.stdout
+
+
 @pytest.mark.slow
 def test_shipped_models_translate_both_directions_by_script():
     """No -m: English becomes Chinese, Chinese becomes English, emoji stays, order is kept."""

@@ -8,7 +8,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from mtcli.registry import installed, search_path
+from mtcli.errors import UserError
+from mtcli.registry import ModelInfo, installed, search_path
 
 
 @click.command("models")
@@ -21,11 +22,12 @@ def models_command(as_json: bool) -> None:
     ones; `-m NAME` picks one by name in every command.
     """
     found = installed()
+    parameters = {m.name: _parameters(m) for m in found}
     if as_json:
         for m in found:
             record = {
                 "name": m.name, "direction": m.direction, "size_mb": round(m.size_mb, 1),
-                "parameters": m.parameters, "card": m.card, "path": str(m.path),
+                "parameters": parameters[m.name], "card": m.card, "path": str(m.path),
             }  # fmt: skip
             click.echo(json.dumps(record, ensure_ascii=False))
         return
@@ -38,8 +40,10 @@ def models_command(as_json: bool) -> None:
             else "left",
         )
     for m in found:
+        count = parameters[m.name]
         table.add_row(
-            m.name, m.direction, f"{m.size_mb:.1f} MB", f"{m.parameters / 1e6:.2f}M",
+            m.name, m.direction, f"{m.size_mb:.1f} MB",
+            "damaged" if count is None else f"{count / 1e6:.2f}M",
             m.card.get("test_bleu", "-"), m.card.get("test_chrf", "-"), str(m.path),
         )  # fmt: skip
     out = Console(highlight=False)
@@ -49,3 +53,13 @@ def models_command(as_json: bool) -> None:
     if not found:
         folders = ", ".join(str(p) for p in search_path())
         click.echo(f"(searched: {folders})", err=True)
+
+
+def _parameters(model: ModelInfo) -> int | None:
+    """Its parameter count, or None when its weights file is damaged: a warning names the file
+    and the other models are still listed."""
+    try:
+        return model.parameters
+    except UserError as e:
+        click.echo(f"Warning: {e}", err=True)
+        return None

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mtcli.device import available_cpus
+
 C = TypeVar("C")
 
 
@@ -165,6 +167,7 @@ class Limit:
     below: float | None = None  # values must be smaller than this
     high: float | None = None  # largest allowed value
     choices: tuple[str, ...] = ()
+    why_high: str = ""  # what the largest value is, when the number alone does not say
 
     def why_not(self, value: Any) -> str | None:
         if self.choices and value not in self.choices:
@@ -174,11 +177,19 @@ class Limit:
         if self.below is not None and value >= self.below:
             return f"must be below {self.below:g}"
         if self.high is not None and value > self.high:
-            return f"must be at most {self.high:g}"
+            because = f" ({self.why_high})" if self.why_high else ""
+            return f"must be at most {self.high:g}{because}"
         return None
 
 
 AT_LEAST_0, AT_LEAST_1 = Limit(low=0), Limit(low=1)
+# more threads than CPUs only makes torch's threads wait for each other, and from some tens of
+# thousands up OpenMP crashes the process (--threads 100000 ended in a segfault)
+THREADS = Limit(low=0, high=available_cpus(), why_high="the CPUs this process may use")
+# the rows of a step grow with the beam (or the draws): -b 4000 took 1.2 GB for one short
+# line here and -b 100000 would need ~30 GB, while wider beams than a few dozen only lower
+# BLEU (Koehn & Knowles 2017); 1024 leaves room to study that and none to exhaust memory
+ROWS_PER_LINE = Limit(low=1, high=1024)
 PROBABILITY = Limit(low=0, below=1)  # a dropout rate or a smoothing mass
 
 LIMITS: dict[type, dict[str, Limit]] = {
@@ -222,14 +233,14 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "seed": AT_LEAST_0,
         "device": Limit(choices=("auto", "cpu", "cuda")),
         "precision": Limit(choices=("fp32", "bf16")),
-        "threads": AT_LEAST_0,
+        "threads": THREADS,
     },
     DecodeConfig: {
-        "beam_size": AT_LEAST_1,
+        "beam_size": ROWS_PER_LINE,
         "length_penalty": AT_LEAST_0,
         "max_len_a": AT_LEAST_0,
         "max_len_b": AT_LEAST_0,
-        "nbest": AT_LEAST_1,
+        "nbest": ROWS_PER_LINE,
         "batch_tokens": AT_LEAST_1,
         "chunk_lines": AT_LEAST_1,
         "no_repeat_ngram": AT_LEAST_0,

@@ -10,11 +10,11 @@ a prefix, sampling with its seed, --no-repeat-ngram, int8, and token-budgeted ba
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from mtcli.config import DecodeConfig
+from mtcli.device import available_cpus
 from mtcli.errors import UserError
 from mtcli.translation import Translation
 
@@ -54,7 +54,7 @@ class CT2Translator:
         self.tgt = spm.SentencePieceProcessor(model_file=str(path / tok["tgt_model"]))
         self.max_src_tokens = int(meta["max_positions"]) - 1
         self.cfg, self.warn = cfg, warn
-        threads = threads or len(os.sched_getaffinity(0))
+        threads = threads or available_cpus()
         compute = "int8" if quantize == "int8" else "float32"
         self.translator = ctranslate2.Translator(
             str(path), device="cpu", compute_type=compute, inter_threads=1, intra_threads=threads

@@ -1,16 +1,32 @@
-"""Where computation runs: the device, and how many CPU threads torch may use."""
+"""Where computation runs: the device, and how many CPU threads torch may use.
+
+Imports torch only inside the functions that need it: the config checks ask how many CPUs
+there are before torch is loaded.
+"""
 
 from __future__ import annotations
 
 import os
-
-import torch
+from typing import TYPE_CHECKING
 
 from mtcli.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask, which inside a container or under
+    taskset is fewer than the machine's cores (what torch's default counts)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def pick_device(name: str) -> torch.device:
     """auto -> cuda when available, else cpu; an explicit cuda without a GPU is a user error."""
+    import torch
+
     if name == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda: no CUDA device is available")
     if name == "auto":
@@ -19,16 +35,9 @@ def pick_device(name: str) -> torch.device:
 
 
 def use_cores(threads: int = 0) -> int:
-    """Set torch's intra-op threads: `threads`, or every core this process may run on.
+    """Set torch's intra-op threads: `threads`, or every CPU this process may run on (0)."""
+    import torch
 
-    torch's default counts the machine's physical cores, which overshoots inside a
-    container or under taskset; the affinity mask is what the process really has.
-    """
-    if threads <= 0:
-        threads = (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
+    threads = threads if threads > 0 else available_cpus()
     torch.set_num_threads(threads)
     return threads

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 import urllib.parse
@@ -33,6 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mtcli.batching import Batcher, Job, QueueFull
 from mtcli.config import DecodeConfig
+from mtcli.errors import UserError
 from mtcli.registry import source_language
 from mtcli.translation import Translation
 
@@ -73,6 +75,23 @@ class Served:
     tgt_lang: str
     make_translator: Callable[[DecodeConfig, bool], object]  # (settings, align) -> translator
     count_tokens: Callable[[str], int]  # source tokens of a line, for the batch budget
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, for uvicorn to serve on (as uvicorn binds its own: IPv6
+    when the host has a colon, SO_REUSEADDR). Bound before the models start loading, so a port
+    in use or a host this machine is not is one line at once: left to uvicorn, its bind failed
+    while a model loaded in the background, and the process aborted."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:  # socket.gaierror too: a host that does not resolve
+        sock.close()
+        raise UserError(
+            f"--host {host} --port {port}: cannot listen there ({e.strerror or e})"
+        ) from None
+    return sock
 
 
 class Models:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from mtcli.device import available_cpus
 from mtcli.errors import UserError
 from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
 from mtcli.textio import read_json, read_lines
@@ -77,7 +77,7 @@ def _train_one(lines: Iterator[str], prefix: Path, opts: TokenizerOptions) -> No
         # a small corpus may not support the requested size; take what it supports
         hard_vocab_limit=False,
         minloglevel=2,
-        num_threads=os.cpu_count() or 1,
+        num_threads=available_cpus(),
     )
     if opts.input_sentence_size:
         kwargs.update(input_sentence_size=opts.input_sentence_size, shuffle_input_sentence=True)

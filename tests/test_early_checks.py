@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -120,4 +121,18 @@ def test_training_inputs_are_refused_before_torch(copy_model_dir, tmp_path, case
         ]
     code, out, err = _run(*args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
+    assert out.splitlines()[-1] == "torch imported: False"
+
+
+def test_a_port_in_use_is_refused_before_torch_and_the_models(copy_model_dir):
+    """Another program listens on the port: one line naming it, exit 2, torch never imported.
+    (Left to uvicorn, the bind failed while the models loaded in the background, and the
+    process aborted: 3 lines, exit 134.)"""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = _run("serve", "-m", str(copy_model_dir), "--port", str(port))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"--port {port}: cannot listen there (Address already in use)" in err, err
     assert out.splitlines()[-1] == "torch imported: False"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -74,6 +75,8 @@ def _toml(text: str):
 
 
 # (name, arguments with {dir} for the case's folder, stdin, expected text in the one line, setup)
+CPUS = len(os.sched_getaffinity(0))  # --threads may be at most this
+
 CASES = [
     (
         "n_heads 0",
@@ -185,6 +188,20 @@ CASES = [
         ["train", "--src", "{dir}/a.en", "--threads", "-1"],
         None,
         "--threads -1: must be at least 0",
+        None,
+    ),  # fmt: skip
+    (
+        "threads above the CPUs",
+        ["train", "--src", "{dir}/a.en", "--threads", str(CPUS + 1)],
+        None,
+        f"--threads {CPUS + 1}: must be at most {CPUS} (the CPUs this process may use)",
+        None,
+    ),  # fmt: skip
+    (
+        "translate threads above the CPUs",
+        ["translate", "-m", "{dir}/model", "--threads", "100000", "x"],
+        None,
+        f"Invalid value for '--threads': 100000 is not in the range 0<=x<={CPUS}",
         None,
     ),  # fmt: skip
     (
@@ -363,6 +380,20 @@ CASES = [
         ["translate", "-m", "{dir}/model", "--length-penalty", "nan", "x"],
         None,
         "--length-penalty nan: must be a finite number",
+        None,
+    ),  # fmt: skip
+    (
+        "beam 100000",
+        ["translate", "-m", "{dir}/model", "--beam-size", "100000", "x"],
+        None,
+        "--beam-size 100000: must be at most 1024",
+        None,
+    ),  # fmt: skip
+    (
+        "100000 draws",
+        ["translate", "-m", "{dir}/model", "--sample", "--nbest", "100000", "x"],
+        None,
+        "--nbest 100000: must be at most 1024",
         None,
     ),  # fmt: skip
     (

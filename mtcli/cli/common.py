@@ -20,6 +20,7 @@ import click
 from rich.console import Console
 
 from mtcli.config import (
+    THREADS,
     ConfigError,
     DecodeConfig,
     ModelConfig,
@@ -224,7 +225,7 @@ def decode_options(func):
         ),
         click.option(
             "--threads",
-            type=click.IntRange(min=0),
+            type=click.IntRange(min=0, max=int(THREADS.high)),
             default=0,
             show_default=True,
             help="CPU threads (0 = all available).",

@@ -118,9 +118,10 @@ def serve_command(
     try:
         import uvicorn
 
-        from mtcli.serve import Models, ServeConfig, Served, create_app, ct2_served, mtcli_served
+        from mtcli import serve
     except ImportError as e:
         raise UserError(f"mtcli serve needs {e.name}: pip install 'mtcli[serve]'") from None
+    sock = serve.listening_socket(host, port)  # before torch and the models: see its docstring
     if engine == "ctranslate2":
         from mtcli.ct2_engine import MARKER, is_ct2_dir
 
@@ -132,28 +133,32 @@ def serve_command(
         check_models_early(paths)
         torch_device = runtime_device(device, threads)
 
-    def load() -> list[Served]:
+    def load() -> list[serve.Served]:
         served = []
         for path in paths:
             if engine == "ctranslate2":
                 meta = json.loads((path / MARKER).read_text(encoding="utf-8"))
-                served.append(ct2_served(path.name, path, meta["src_lang"], meta["tgt_lang"], threads))  # fmt: skip
+                served.append(
+                    serve.ct2_served(path.name, path, meta["src_lang"], meta["tgt_lang"], threads)
+                )
             else:
                 from mtcli.checkpoint import load_model
 
-                served.append(mtcli_served(path.name, load_model(path, torch_device), torch_device))
+                served.append(
+                    serve.mtcli_served(path.name, load_model(path, torch_device), torch_device)
+                )
         console.print(
             f"ready: {', '.join(f'{s.name} ({s.src_lang}->{s.tgt_lang})' for s in served)}",
             markup=False,
         )
         return served
 
-    cfg = ServeConfig(
+    cfg = serve.ServeConfig(
         batch_wait_ms=batch_wait_ms, batch_tokens=max_batch_tokens, max_chars=max_chars,
         max_lines=max_lines, max_body=max_body, queue_size=queue_size, api_key=api_key,
         decode=decode_cfg,
     )  # fmt: skip
-    app = create_app(Models(load), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
+    app = serve.create_app(serve.Models(load), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
     console.print(f"serving on http://{host}:{port}  (web page /, API docs /docs)", markup=False)
     server = uvicorn.Server(
         uvicorn.Config(
@@ -165,6 +170,6 @@ def serve_command(
     # that was there before it: a quiet one, so a clean shutdown exits 0, not by the signal
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
-    server.run()
+    server.run(sockets=[sock])
     if not server.started:
-        raise UserError(f"could not listen on {host}:{port} (in use?)")
+        raise UserError(f"the server on {host}:{port} did not start")

@@ -65,6 +65,19 @@ class ModelConfig:
                 "model.share_embeddings", True, "needs equal source and target vocabulary sizes"
             )
 
+    def layer_parameters(self) -> int:
+        """Parameters of the encoder and decoder layers (and final norms), without embeddings
+        or the output projection: what Seq2Seq(cfg) builds there, counted without building it."""
+        D, F = self.d_model, self.d_ff
+        attention = 4 * D * D + 4 * D  # Q, K, V and output projections, with biases
+        feed_forward = 2 * D * F + F + D
+        norm = 2 * D  # LayerNorm's gain and bias
+        scoring = D if self.attention == "additive" else 0  # vᵀ per head: H x (D / H)
+        encoder = attention + feed_forward + 2 * norm
+        decoder = 2 * attention + scoring + feed_forward + 3 * norm
+        final = 2 * norm if self.pre_norm else 0
+        return self.n_enc_layers * encoder + self.n_dec_layers * decoder + final
+
 
 # settings of a run that may change when it is resumed: budgets and cadences, not the model,
 # the data or the optimisation (a change there would make the resumed run a different run)
@@ -173,13 +186,18 @@ class Limit:
         if self.choices and value not in self.choices:
             return f"must be one of {', '.join(self.choices)}"
         if self.low is not None and value < self.low:
-            return f"must be at least {self.low:g}"
+            return f"must be at least {_number(self.low)}"
         if self.below is not None and value >= self.below:
-            return f"must be below {self.below:g}"
+            return f"must be below {_number(self.below)}"
         if self.high is not None and value > self.high:
             because = f" ({self.why_high})" if self.why_high else ""
-            return f"must be at most {self.high:g}{because}"
+            return f"must be at most {_number(self.high)}{because}"
         return None
+
+
+def _number(x: float) -> str:
+    """A bound as a person writes it: 4294967295 (not 4.29497e+09), 0.0001, 1."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 AT_LEAST_0, AT_LEAST_1 = Limit(low=0), Limit(low=1)
@@ -190,6 +208,9 @@ THREADS = Limit(low=0, high=available_cpus(), why_high="the CPUs this process ma
 # line here and -b 100000 would need ~30 GB, while wider beams than a few dozen only lower
 # BLEU (Koehn & Knowles 2017); 1024 leaves room to study that and none to exhaust memory
 ROWS_PER_LINE = Limit(low=1, high=1024)
+# torch's generators take 64-bit seeds (a larger one was an internal error); 32 bits, as
+# numpy's, leave room for the per-rank and per-epoch offsets added to it
+SEED = Limit(low=0, high=2**32 - 1)
 PROBABILITY = Limit(low=0, below=1)  # a dropout rate or a smoothing mass
 
 LIMITS: dict[type, dict[str, Limit]] = {
@@ -230,7 +251,7 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "log_every": AT_LEAST_1,
         "keep": AT_LEAST_0,
         "patience": AT_LEAST_0,
-        "seed": AT_LEAST_0,
+        "seed": SEED,
         "device": Limit(choices=("auto", "cpu", "cuda")),
         "precision": Limit(choices=("fp32", "bf16")),
         "threads": THREADS,
@@ -247,7 +268,7 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "temperature": Limit(low=1e-4),
         "top_k": AT_LEAST_0,
         "top_p": Limit(low=1e-4, high=1),
-        "seed": AT_LEAST_0,
+        "seed": SEED,
     },
 }
 

@@ -8,6 +8,7 @@ run). What needs torch, the --init model's tensor shapes, train() checks itself.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mtcli.config import ModelConfig, TrainConfig, to_dict
@@ -22,8 +23,9 @@ DERIVED_MODEL_FIELDS = ("src_vocab_size", "tgt_vocab_size", "share_embeddings")
 
 
 def check_inputs(cfg: TrainConfig, force: bool) -> None:
-    """Every input a run reads, checked before it writes anything: --out, the corpora, the
-    tokenizer or --init model, the TensorBoard package."""
+    """Every input a run reads, checked before it writes anything: the model's size against
+    the memory, --out, the corpora, the tokenizer or --init model, the TensorBoard package."""
+    check_model_fits(cfg.model)
     check_run_out(Path(cfg.out), force)
     # a corpus mistake (missing file, misaligned lines, bad UTF-8) should stop the run before
     # minutes go into training a tokenizer on it
@@ -41,6 +43,26 @@ def check_inputs(cfg: TrainConfig, force: bool) -> None:
             raise UserError(
                 "--tensorboard needs the tensorboard package: pip install 'mtcli[tensorboard]'"
             ) from None
+
+
+def check_model_fits(model: ModelConfig) -> None:
+    """Refuse a model whose training cannot fit in this machine's memory, counted from its
+    shape before anything is built: its layers' parameters at 16 bytes each (weight, gradient
+    and Adam's two moments, fp32) and the position table. A lower bound (no embeddings, no
+    activations), so a refusal is always right. Unchecked, --d-model 1000000 was an allocation
+    failure deep in torch, and --n-enc-layers 100000 built layers for minutes first."""
+    n = model.layer_parameters()
+    need = 16 * n + 4 * model.max_positions * model.d_model
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > have:
+        shape = (
+            f"--d-model {model.d_model} --d-ff {model.d_ff} --n-enc-layers {model.n_enc_layers} "
+            f"--n-dec-layers {model.n_dec_layers}"
+        )
+        raise UserError(
+            f"{shape}: {n:,} parameters in the layers alone; training needs at least "
+            f"{need / 2**30:,.0f} GiB of memory, and this machine has {have / 2**30:,.0f} GiB"
+        )
 
 
 def check_init(cfg: TrainConfig) -> None:

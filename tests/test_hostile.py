@@ -205,6 +205,27 @@ CASES = [
         None,
     ),  # fmt: skip
     (
+        "a model past the memory",
+        ["train", "--src", "{dir}/a.en", "--d-model", "1000000"],
+        None,
+        "--d-model 1000000 --d-ff 1024 --n-enc-layers 3 --n-dec-layers 3: 36,012,360,006,144 parameters",
+        None,
+    ),  # fmt: skip
+    (
+        "seed past 64 bits",
+        ["train", "--src", "{dir}/a.en", "--seed", "99999999999999999999999"],
+        None,
+        "--seed 99999999999999999999999: must be at most 4294967295",
+        None,
+    ),  # fmt: skip
+    (
+        "sampling seed past 64 bits",
+        ["translate", "-m", "{dir}/model", "--sample", "--seed", "99999999999999999999999", "x"],
+        None,
+        "--seed 99999999999999999999999: must be at most 4294967295",
+        None,
+    ),  # fmt: skip
+    (
         "valid bleu lines -1",
         ["train", "--src", "{dir}/a.en", "--valid-bleu-lines", "-1"],
         None,

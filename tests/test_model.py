@@ -118,6 +118,26 @@ def test_tied_and_shared_embeddings():
     assert untied.out_proj.weight.shape == (24, 32)
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {},
+        {"pre_norm": True, "attention": "additive", "n_enc_layers": 3},
+        {"share_embeddings": False, "tie_output": False, "d_ff": 40, "n_dec_layers": 4},
+    ],
+)
+def test_layer_parameters_counts_what_the_model_builds(shape):
+    """The count the memory check uses (no torch) equals the built model's, embeddings and
+    output projection aside."""
+    cfg = tiny_config(**shape)
+    built = sum(
+        p.numel()
+        for name, p in Seq2Seq(cfg).named_parameters()
+        if not name.startswith(("src_embed.", "tgt_embed.", "out_proj."))
+    )
+    assert cfg.layer_parameters() == built
+
+
 def test_save_load_in_fresh_process_gives_identical_logits(tmp_path, enzh_tokenizer):
     """Save, load in a new Python process, and the logits are bit-identical."""
     from mtcli.tokenizer import Tokenizer

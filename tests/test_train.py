@@ -317,3 +317,22 @@ def test_tsv_corpus_trains(tmp_path):
     )
     with pytest.raises(UserError, match="TSV corpus needs --tokenizer"):
         train(dataclasses.replace(cfg, src=str(tsv), tgt="", tokenizer="", out=str(tmp_path / "b")))
+
+
+def test_the_eta_line_counts_hours_past_a_day_and_takes_any_budget(capsys):
+    """Plain progress lines (not a terminal): 30 hours left reads 30:00:00 (strftime's %H had
+    wrapped it to 06:00:00), and a run 1e-300 of the way (--max-time 1e300) prints too (it was
+    an internal error: time_t overflowed)."""
+    from mtcli.cli.train import ProgressReporter, clock
+    from mtcli.reports import StepReport
+
+    assert [clock(s) for s in (0, 59.6, 3661, 30 * 3600)] == ["0:00:00", "0:01:00", "1:01:01", "30:00:00"]  # fmt: skip
+    reporter = ProgressReporter()
+    assert not reporter.live  # pytest captures the output: no terminal
+    for fraction in (0.25, 1e-300):
+        report = StepReport(1, 1, loss=1.0, lr=1e-3, tokens_per_s=1.0, elapsed=36_000.0, fraction=fraction)  # fmt: skip
+        reporter(report)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith("elapsed 36000s eta 30:00:00"), lines
+    eta = lines[1].split(" eta ")[1]  # ~3.6e303 hours
+    assert len(eta) > 300 and eta[:-6].isdigit() and eta[-6] == ":", lines

@@ -6,7 +6,6 @@ run being continued recorded (or the --init model's shape), then --config, then 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
@@ -103,7 +102,7 @@ class ProgressReporter:
             else:
                 eta = ""
                 if report.fraction:
-                    eta = f" eta {time.strftime('%H:%M:%S', time.gmtime(report.elapsed * (1 / report.fraction - 1)))}"
+                    eta = f" eta {clock(report.elapsed * (1 / report.fraction - 1))}"
                 console.print(f"{stats} elapsed {report.elapsed:.0f}s{eta}", soft_wrap=True)
         elif isinstance(report, ValidReport):
             bleu = f" BLEU {report.bleu:.2f}" if report.bleu is not None else ""
@@ -111,6 +110,14 @@ class ProgressReporter:
             console.print(
                 f"valid step {report.step}: loss {report.loss:.3f} ppl {report.ppl:.2f}{bleu}{mark}"
             )
+
+
+def clock(seconds: float) -> str:
+    """A duration as H:MM:SS, the hours unbounded: 30 hours is 30:00:00 (strftime's %H wrapped
+    it to 06:00:00, and a budget of 1e300 minutes overflowed time_t)."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
 def flag_layer(flags: dict) -> Layer:

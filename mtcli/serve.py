@@ -36,6 +36,7 @@ from mtcli.batching import Batcher, Job, QueueFull
 from mtcli.config import DecodeConfig
 from mtcli.errors import UserError
 from mtcli.registry import source_language
+from mtcli.textio import invalid_utf8_at
 from mtcli.translation import Translation
 
 LANGUAGE_NAMES = {"en": "English", "zh": "Chinese", "de": "German", "fr": "French"}
@@ -298,6 +299,8 @@ def create_app(
         for i, line in enumerate(lines):
             if len(line) > cfg.max_chars:
                 raise ApiError(413, f"line {i + 1} has {len(line)} characters; at most {cfg.max_chars}")  # fmt: skip
+            if (at := invalid_utf8_at(line)) is not None:  # JSON can escape a lone surrogate
+                raise ApiError(400, f"line {i + 1} is not valid Unicode (byte {at + 1})")
         request.state.lines = len(lines)
         results: list = [(Translation(line, line, 0.0, passthrough=True), None) for line in lines]
         groups: dict[str, list[int]] = {}

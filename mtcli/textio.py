@@ -36,6 +36,20 @@ def decode_line(raw: bytes, name: str | Path, line_no: int) -> str:
         raise UserError(f"{name}:{line_no}: invalid UTF-8 (byte {e.start + 1})") from None
 
 
+def invalid_utf8_at(text: str) -> int | None:
+    """The byte offset (0-based) at which `text` stops being valid UTF-8, None if it is valid.
+
+    A str can still hold what is not text: a command-line argument whose bytes were not UTF-8
+    (Python keeps each such byte as a lone surrogate) or a JSON string with a lone surrogate
+    escape; sentencepiece rejected both with an internal error.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return len(text[: e.start].encode("utf-8"))
+    return None
+
+
 def read_lines(path: str | Path) -> Iterator[str]:
     """Stream the lines of a UTF-8 file without newlines; '-' is stdin."""
     if str(path) == "-":

@@ -403,6 +403,27 @@ CASES = [
         "--length-penalty nan: must be a finite number",
         None,
     ),  # fmt: skip
+    (  # a Latin-1 terminal: the byte é is not UTF-8 (Python keeps it as a lone surrogate)
+        "text not UTF-8",
+        ["translate", "-m", "{dir}/model", "caf\udce9 ok"],
+        None,
+        "Invalid value for '[TEXT]...': invalid UTF-8 (byte 4)",
+        None,
+    ),  # fmt: skip
+    (
+        "prefix not UTF-8",
+        ["translate", "-m", "{dir}/model", "--prefix", "\udcff", "x"],
+        None,
+        "Invalid value for '--prefix': invalid UTF-8 (byte 1)",
+        None,
+    ),  # fmt: skip
+    (
+        "attention sentence not UTF-8",
+        ["attention", "-m", "{dir}/model", "a\udcffb"],
+        None,
+        "Invalid value for 'SENTENCE': invalid UTF-8 (byte 2)",
+        None,
+    ),  # fmt: skip
     (
         "beam 100000",
         ["translate", "-m", "{dir}/model", "--beam-size", "100000", "x"],

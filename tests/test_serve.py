@@ -105,6 +105,9 @@ def test_v1_translate_fields(client, copy_model_dir, copy_lines):
     assert emoji["translation"] == "🙂" and "model" not in emoji
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 @pytest.mark.parametrize(
     ("request_kwargs", "status", "message"),
     [
@@ -114,6 +117,11 @@ def test_v1_translate_fields(client, copy_model_dir, copy_lines):
             "not valid JSON",
         ),  # fmt: skip
         ({"json": {"source": "en", "target": "zh"}}, 400, "missing q"),
+        (  # valid JSON, not text: a lone surrogate (an internal error and a traceback before)
+            {"content": rb'{"q": "ok \ud800", "source": "en", "target": "zh"}', "headers": JSON},
+            400,
+            "line 1 is not valid Unicode (byte 4)",
+        ),  # fmt: skip
         ({"json": {"q": 3, "target": "zh"}}, 400, "q must be a string"),
         ({"json": {"q": "a", "source": "en", "target": "de"}}, 400, "no model translates en->de"),
         ({"json": {"q": "a", "source": "en"}}, 400, "missing target"),

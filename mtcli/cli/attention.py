@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from mtcli.cli.common import (
+    UTF8_TEXT,
     build_decode_config,
     check_models_early,
     check_output_file,
@@ -17,7 +18,7 @@ from mtcli.errors import UserError
 
 
 @click.command("attention")
-@click.argument("sentence")
+@click.argument("sentence", type=UTF8_TEXT)
 @click.option("--model", "-m", help="Model name or directory.  [default: by the sentence's script]")
 @click.option(
     "--kind",

@@ -30,6 +30,7 @@ from mtcli.config import (
     why_not,
 )
 from mtcli.errors import Interrupted, UserError
+from mtcli.textio import invalid_utf8_at
 
 console = Console(stderr=True, highlight=False)
 
@@ -166,6 +167,20 @@ def check_output_file(path: str | None, option: str, force: bool) -> None:
         raise UserError(f"{option} {path}: no such directory {p.parent}")
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UserError(f"{option} {path}: permission denied")
+
+
+class Utf8Text(click.ParamType):
+    """Text given on the command line: it must be UTF-8 (see textio.invalid_utf8_at)."""
+
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        if (at := invalid_utf8_at(value)) is not None:
+            self.fail(f"invalid UTF-8 (byte {at + 1})", param, ctx)
+        return value
+
+
+UTF8_TEXT = Utf8Text()
 
 
 def decode_options(func):

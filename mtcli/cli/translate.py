@@ -13,6 +13,7 @@ from rich.cells import cell_len
 from rich.progress import MofNCompleteColumn, Progress
 
 from mtcli.cli.common import (
+    UTF8_TEXT,
     build_decode_config,
     check_models_early,
     check_output_file,
@@ -67,7 +68,7 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 
 
 @click.command("translate")
-@click.argument("text", nargs=-1)
+@click.argument("text", nargs=-1, type=UTF8_TEXT)
 @click.option(
     "--model",
     "-m",
@@ -94,7 +95,11 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     show_default=True,
     help="tsv input: source, then anything, then a prefix in the third column.",
 )
-@click.option("--prefix", help="Every translation starts with this text; the model finishes it.")
+@click.option(
+    "--prefix",
+    type=UTF8_TEXT,
+    help="Every translation starts with this text; the model finishes it.",
+)
 @click.option(
     "--sample", is_flag=True, help="Draw each token instead of searching (--nbest draws per line)."
 )

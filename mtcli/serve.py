@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 import time
+import traceback
 import urllib.parse
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -266,9 +268,11 @@ def create_app(
 
         try:
             response = await call_next(request)
-        except Exception:
-            log(line(500))
-            raise
+        except Exception as e:  # not the client's doing: one log line, as the CLI's internal errors
+            log(f"{line(500)} internal error: {type(e).__name__}: {e} (MTCLI_DEBUG=1 shows where)")
+            if os.environ.get("MTCLI_DEBUG"):
+                traceback.print_exc()
+            return JSONResponse({"error": f"internal error: {type(e).__name__}"}, status_code=500)
         log(line(response.status_code))
         return response
 
@@ -279,10 +283,6 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException):
         return JSONResponse({"error": str(e.detail)}, status_code=e.status_code)
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, e: Exception):
-        return JSONResponse({"error": f"internal error: {type(e).__name__}"}, status_code=500)
 
     def check_key(given) -> None:
         if cfg.api_key and given != cfg.api_key:

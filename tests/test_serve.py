@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from mtcli.checkpoint import load_model
 from mtcli.config import DecodeConfig
-from mtcli.serve import Models, ServeConfig, create_app, mtcli_served
+from mtcli.serve import Models, ServeConfig, Served, create_app, mtcli_served
 from mtcli.translate import Translator
 from tests.conftest import REPO, copy_sentences
 
@@ -140,6 +140,27 @@ def test_libretranslate_errors_are_one_clear_message(client, request_kwargs, sta
     r = client.post("/translate", **request_kwargs)
     assert r.status_code == status and message in r.json()["error"], r.text
     assert client.get("/health").status_code == 200
+
+
+def test_an_internal_error_is_a_500_and_one_log_line(capsys):
+    """A failure that is not the client's: a JSON 500 naming its kind, one log line with the
+    message, no traceback (uvicorn printed one when the exception left the app)."""
+
+    def broken(cfg, align):
+        raise RuntimeError("boom")
+
+    logs: list[str] = []
+    models = Models(lambda: [Served("broken", "en", "zh", broken, len)])
+    app = create_app(models, ServeConfig(), logs.append)
+    with TestClient(app) as c:
+        assert _wait_ready(c)
+        r = c.post("/translate", json={"q": "a", "source": "en", "target": "zh"})
+        assert c.get("/health").status_code == 200
+    assert r.status_code == 500 and r.json() == {"error": "internal error: RuntimeError"}
+    failed = [line for line in logs if " 500 " in line]
+    assert len(failed) == 1 and failed[0].startswith("POST /translate 500 lines=1 "), logs
+    assert failed[0].endswith(" internal error: RuntimeError: boom (MTCLI_DEBUG=1 shows where)")
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_v1_errors_and_the_request_log(client):

@@ -160,7 +160,9 @@ class V1Request(BaseModel):
     model: str | None = Field(None, description="A model by name; overrides source/target.")
     beam_size: int | None = Field(None, ge=1, le=32, description="1 = greedy.")
     nbest: int | None = Field(None, ge=1, le=32, description="Hypotheses per line (<= beam).")
-    length_penalty: float | None = Field(None, ge=0, le=10, description="GNMT alpha.")
+    length_penalty: float | None = Field(
+        None, ge=0, le=10, allow_inf_nan=False, description="GNMT alpha."
+    )
     align: bool = Field(False, description="Word alignments from cross-attention.")
     attention: bool = Field(False, description="The cross-attention matrix of each translation.")
     api_key: str | None = None

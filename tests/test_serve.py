@@ -171,7 +171,14 @@ def test_v1_errors_and_the_request_log(client):
     assert r.status_code == 400 and "nbest 3 is more than beam_size 2" in r.json()["error"]
     r = client.post("/v1/translate", json={"lines": ["a"], "model": "nope"})
     assert r.status_code == 400 and "no model named 'nope'" in r.json()["error"]
-    assert [line.split()[:3] for line in client.logs[-3:]] == [["POST", "/v1/translate", "400"]] * 3
+    r = client.post(
+        "/v1/translate", content=b'{"lines": ["a"], "length_penalty": NaN}', headers=JSON
+    )
+    assert (
+        r.status_code == 400
+        and r.json()["error"] == "length_penalty: Input should be a finite number"
+    )
+    assert [line.split()[:3] for line in client.logs[-4:]] == [["POST", "/v1/translate", "400"]] * 4
 
 
 def test_api_key(copy_model_dir):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -17,7 +19,7 @@ from mtcli.config import DecodeConfig
 from mtcli.errors import UserError
 from mtcli.textio import read_chunks
 from mtcli.translate import Translator, quantize_int8
-from tests.conftest import run_mtcli, write_lines
+from tests.conftest import REPO, run_mtcli, write_lines
 
 
 @pytest.mark.slow
@@ -145,3 +147,28 @@ def test_int8_quantized_translation(copy_model_dir, copy_lines):
     outputs = result.stdout.splitlines()
     assert len(outputs) == len(copy_lines)
     assert sum(a == b for a, b in zip(outputs, copy_lines, strict=True)) >= 0.9 * len(copy_lines)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_a_full_disk_is_one_line_naming_where_the_results_went(copy_model_dir):
+    """Writing results fails (ENOSPC): one line naming stdout or the -o file, exit 1. It was
+    '[Errno 28] No space left on device', which named nothing (for -o, the failure at close
+    hid the named one)."""
+
+    def run(*args: str) -> subprocess.Popen:
+        with open("/dev/full", "w") as full:
+            return subprocess.Popen(
+                [sys.executable, "-m", "mtcli", *args], stdin=subprocess.PIPE, stdout=full,
+                stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+            )  # fmt: skip
+
+    model = str(copy_model_dir)
+    cases = [  # all at once: start-up is most of each
+        ("stdout", run("translate", "-m", model, "a b")),
+        ("/dev/full", run("translate", "-m", model, "-o", "/dev/full", "--force", "a b")),
+        ("stdout", run("tokenizer", "encode", "-t", model)),
+    ]
+    for name, proc in cases:
+        _, err = proc.communicate("a b\n", timeout=120)
+        assert proc.returncode == 1, (name, err)
+        assert err == f"Error: {name}: No space left on device\n", err

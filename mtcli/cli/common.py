@@ -58,6 +58,34 @@ def _os_error_line(e: OSError) -> tuple[str, int]:
     return (f"{where}: {e.strerror}" if where else str(e)), (2 if users else 1)
 
 
+class NamedOutput:
+    """A text stream for results whose write errors name it, as a file's open errors do: a
+    full disk is 'stdout: No space left on device', not '[Errno 28] No space left on device'."""
+
+    def __init__(self, stream, name: str):
+        self.stream, self.name = stream, name
+
+    def write(self, text: str) -> None:
+        self._named(self.stream.write, text)
+
+    def flush(self) -> None:
+        self._named(self.stream.flush)
+
+    def close(self) -> None:
+        """Close the file: its last buffered write may fail here (and would hide an earlier
+        failure if not named too)."""
+        self._named(self.stream.close)
+
+    def _named(self, operation, *args) -> None:
+        try:
+            operation(*args)
+        except BrokenPipeError:  # the reader left: stopped quietly in MtcliGroup.invoke
+            raise
+        except OSError as e:
+            e.filename = e.filename or self.name
+            raise
+
+
 class MtcliGroup(click.Group):
     """A click group that loads each command's module only when it runs, and turns every
     error into one stderr line and an exit code (2: the user's to fix, 1: not the user's)."""

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from mtcli.cli.common import console
+from mtcli.cli.common import NamedOutput, console
 from mtcli.errors import UserError
 from mtcli.textio import read_lines
 from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
@@ -72,13 +72,14 @@ def _ids(line: str, line_no: int, size: int) -> list[int]:
 def _filter(directory: str, side: str, to_text: bool, ids: bool) -> None:
     tok = Tokenizer.load(directory)
     sp = tok.src if side == "src" else tok.tgt
+    out = NamedOutput(sys.stdout, "stdout")
     for line_no, line in enumerate(read_lines("-"), 1):
         if to_text:
             items = _ids(line, line_no, sp.get_piece_size()) if ids else line.split()
-            out = sp.decode(items)
+            text = sp.decode(items)
         else:
-            out = " ".join(map(str, sp.encode(line, out_type=int if ids else str)))
-        sys.stdout.write(out + "\n")
+            text = " ".join(map(str, sp.encode(line, out_type=int if ids else str)))
+        out.write(text + "\n")
 
 
 @tokenizer.command("encode")

@@ -14,6 +14,7 @@ from rich.progress import MofNCompleteColumn, Progress
 
 from mtcli.cli.common import (
     UTF8_TEXT,
+    NamedOutput,
     build_decode_config,
     check_models_early,
     check_output_file,
@@ -255,10 +256,14 @@ def _load_translator(paths, cfg, device, quantize: str, align: bool, trace: bool
 @contextlib.contextmanager
 def _output(path: str):
     if path == "-":
-        yield sys.stdout
+        yield NamedOutput(sys.stdout, "stdout")
         return
     with open(path, "w", encoding="utf-8") as f:
-        yield f
+        out = NamedOutput(f, path)
+        try:
+            yield out
+        finally:
+            out.close()  # before `with` closes it unnamed: its last write can fail there
 
 
 @contextlib.contextmanager

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pytest
 from click.testing import CliRunner
 
 from mtcli import __version__
 from mtcli.cli import main
-from tests.conftest import run_mtcli
+from tests.conftest import REPO, run_mtcli, write_lines
 
 
 def test_help_lists_commands_and_a_pipeline():
@@ -32,3 +37,17 @@ def test_unknown_command_is_a_usage_error():
     proc = run_mtcli("translte", "x")
     assert proc.returncode == 2 and proc.stdout == "" and "No such command" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("closed", "command"), [(0, ["tokenizer", "encode"]), (1, ["eval"])])
+def test_a_closed_standard_stream_is_one_line(closed, command, tmp_path, copy_model_dir):
+    """`mtcli ... <&-` or `>&-`: one line naming the stream, exit 1 (Python leaves the stream
+    None, and the first use was an internal error: AttributeError)."""
+    text = write_lines(tmp_path / "a.txt", ["a b c d"])
+    args = {"tokenizer": ["-t", str(copy_model_dir)], "eval": ["--hyp", str(text), "--ref", str(text)]}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "mtcli", *command, *args[command[0]]], stderr=subprocess.PIPE,
+        text=True, cwd=REPO, env={**os.environ, "NO_COLOR": "1"}, preexec_fn=lambda: os.close(closed),
+    )  # fmt: skip
+    name = ["stdin", "stdout"][closed]
+    assert done.returncode == 1 and done.stderr == f"Error: {name}: closed (Bad file descriptor)\n"

@@ -8,7 +8,9 @@ in the flags is reported in a fraction of a second, and commands import what the
 
 from __future__ import annotations
 
+import errno
 import gc
+import io
 import os
 import signal
 import sys
@@ -86,6 +88,30 @@ class NamedOutput:
             raise
 
 
+class ClosedStream(io.TextIOBase):
+    """Stands in for a standard stream the shell closed (`mtcli translate <&-`), where Python
+    leaves sys.stdin None and the first use was an AttributeError: reading or writing is an
+    OSError naming the stream, which becomes one line as a file's error does."""
+
+    def __init__(self, name: str):
+        self.stream_name = name
+
+    def _refuse(self, *args):
+        raise OSError(errno.EBADF, "closed (Bad file descriptor)", self.stream_name)
+
+    read = readline = write = fileno = _refuse
+
+    @property
+    def buffer(self):
+        self._refuse()
+
+    def isatty(self) -> bool:
+        return False
+
+    def flush(self) -> None:  # nothing is ever buffered; Python flushes stdout at exit
+        pass
+
+
 class MtcliGroup(click.Group):
     """A click group that loads each command's module only when it runs, and turns every
     error into one stderr line and an exit code (2: the user's to fix, 1: not the user's)."""
@@ -106,6 +132,9 @@ class MtcliGroup(click.Group):
     def main(self, *args, **kwargs):
         """Click's own errors (a bad flag value, a missing argument) as one line too."""
         kwargs["standalone_mode"] = False
+        for name in ("stdin", "stdout"):
+            if getattr(sys, name) is None:
+                setattr(sys, name, ClosedStream(name))
         try:
             code = super().main(*args, **kwargs)
         except click.exceptions.Abort:

@@ -77,6 +77,8 @@ class Translator:
         trace: bool = False,
         constraints: Callable[[str], list[list[int]]] | None = None,
     ):
+        if cfg.sample and (align or trace):
+            raise ValueError("sampling records no attention or search steps: no align or trace")
         self.models = [m.eval() for m in as_list(model)]
         # the target phrases (token ids) a line's translation must contain: a glossary's terms
         self.constraints = constraints

@@ -424,6 +424,13 @@ CASES = [
         "Invalid value for 'SENTENCE': invalid UTF-8 (byte 2)",
         None,
     ),  # fmt: skip
+    (  # sampling records no attention: an internal error before
+        "align a sample",
+        ["translate", "-m", "{dir}/model", "--sample", "--align", "--format", "tsv", "x"],
+        None,
+        "--align reads a search's attention; it does not align --sample",
+        None,
+    ),  # fmt: skip
     (
         "beam 100000",
         ["translate", "-m", "{dir}/model", "--beam-size", "100000", "x"],

@@ -145,6 +145,8 @@ def translate_command(
         raise click.UsageError("--temperature, --top-k, --top-p and --seed need --sample")
     if trace and sample:
         raise click.UsageError("--trace shows a search; it does not trace --sample")
+    if align and sample:
+        raise click.UsageError("--align reads a search's attention; it does not align --sample")
     if glossary and (sample or trace or align):
         raise click.UsageError(
             "--glossary decodes with constrained beam search: not with --sample, --trace or --align"

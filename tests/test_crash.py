@@ -158,6 +158,21 @@ def test_rerun_continues_and_a_finished_run_does_nothing(tmp_path):
         train(dataclasses.replace(cfg, max_steps=10, lr_factor=0.3))
 
 
+def test_a_run_recorded_with_more_threads_than_here_continues(tmp_path):
+    """The thread count recorded in OUT is the machine's it ran on: `mtcli train --out OUT`
+    continues on a machine with fewer CPUs (the recorded count was refused by config.THREADS)."""
+    from mtcli.cli.train import assemble_config
+
+    cfg = _cfg(tmp_path, max_steps=2)
+    train(cfg)
+    recorded = tmp_path / "run" / "last" / "config.json"
+    config = json.loads(recorded.read_text())
+    config["train"]["threads"] = len(os.sched_getaffinity(0)) + 1
+    recorded.write_text(json.dumps(config))
+    again = assemble_config(None, {"out": cfg.out, "max_steps": 3}, None, False)
+    assert again.threads == 0 and again.max_steps == 3 and again.lr_factor == cfg.lr_factor
+
+
 def test_restart_starts_over_and_keeps_the_users_files(tmp_path):
     """--restart removes what the earlier run wrote (only mtcli's names) and trains from step 1."""
     cfg = _cfg(tmp_path, max_steps=4)

@@ -130,6 +130,9 @@ def recorded_layer(checkpoint: Path) -> Layer:
     from mtcli.run_dir import recorded_settings
 
     train, model = recorded_settings(checkpoint)
+    # the CPU count is the machine's, not the run's: a run recorded with 16 threads continues
+    # on 2 CPUs (config.THREADS would refuse 16 here, even beside --threads 2)
+    train.pop("threads", None)
     where = f"{checkpoint}/config.json"
     return Layer({**train, "model": model}, lambda k, v: f"{where}: {k} = {v!r}", strict=False)
 

@@ -1,5 +1,5 @@
 """Configuration dataclasses for the model, training and decoding, and the one place their
-values are checked. Imports only the stdlib.
+values are checked. Imports only the stdlib (and mtcli.device's CPU count, torch-free).
 
 Every field has a default that reproduces the behaviour of older checkpoints, so a config
 saved by an earlier mtcli still loads. Flags on the command line map one-to-one to fields;

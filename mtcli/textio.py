@@ -29,11 +29,16 @@ def open_binary(path: str | Path) -> BinaryIO:
 
 
 def decode_line(raw: bytes, name: str | Path, line_no: int) -> str:
-    """One line as text without its line ending; invalid UTF-8 names the file, line and byte."""
+    """One line as text without its line ending; invalid UTF-8 names the file, line and byte.
+
+    A byte-order mark opening line 1 (as Windows editors save UTF-8) is dropped: it is not
+    text, and kept it became a piece of its own and a difference from the reference.
+    """
     try:
-        return raw.decode("utf-8").rstrip("\r\n")
+        text = raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as e:
         raise UserError(f"{name}:{line_no}: invalid UTF-8 (byte {e.start + 1})") from None
+    return text.removeprefix("\ufeff") if line_no == 1 else text
 
 
 def invalid_utf8_at(text: str) -> int | None:

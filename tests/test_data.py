@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -9,6 +11,7 @@ from mtcli.cli import main
 from mtcli.data import epoch_batches, load_corpus, make_batches
 from mtcli.errors import UserError
 from mtcli.parallel_text import read_corpus, read_parallel
+from mtcli.textio import read_chunks, read_lines
 from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from tests.conftest import TATOEBA, run_mtcli, write_lines
 
@@ -80,6 +83,23 @@ def test_tsv_and_empty_sides_and_length_filter(tmp_path):
     assert (s.read, s.kept, s.empty, s.too_long, s.bad_ratio) == (5, 2, 2, 1, 0)
     corpus = load_corpus(read_corpus(path), encode, encode, max_len=10, max_ratio=2.0)
     assert (corpus.stats.kept, corpus.stats.bad_ratio) == (2, 1)  # 9 source tokens vs 2 target
+
+
+def test_a_byte_order_mark_is_not_text(tmp_path):
+    """A UTF-8 file saved with a BOM (Windows editors) reads as the same lines without it, by
+    every reader: corpus pairs, plain lines, streamed chunks; eval scores it as the plain file."""
+    lines = ["你好。", "再见。"]
+    plain = write_lines(tmp_path / "plain.zh", lines)
+    marked = tmp_path / "bom.zh"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    assert list(read_lines(marked)) == lines
+    assert [pair[1:] for pair in read_parallel(marked, plain)] == [(t, t) for t in lines]
+    with open(marked, "rb") as f:
+        assert [line for chunk in read_chunks(f.fileno(), 10) for line in chunk] == lines
+    args = ["eval", "--hyp", str(marked), "--ref", str(plain), "--tgt-lang", "zh", "--json"]
+    scored = CliRunner().invoke(main, args)
+    assert scored.exit_code == 0, scored.output
+    assert json.loads(scored.stdout)["systems"][str(marked)]["chrF2"]["score"] == 100.0
 
 
 def test_batches_small_hand_example():

@@ -57,12 +57,18 @@ def _check_text(path: str | Path) -> None:
 
 
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+# sentencepiece skips longer lines (its default); with none left it failed with an assertion
+MAX_LINE_BYTES = 4192
 
 
-def _train_one(lines: Iterator[str], prefix: Path, opts: TokenizerOptions) -> None:
-    """Train one BPE model to `prefix.model` with the fixed special ids."""
+def _train_one(
+    lines: Iterator[str], prefix: Path, opts: TokenizerOptions, names: list[str | Path]
+) -> None:
+    """Train one BPE model to `prefix.model` with the fixed special ids on `lines`, the text
+    of the files `names` (for messages)."""
     kwargs = dict(
         sentence_iterator=lines,
+        max_sentence_length=MAX_LINE_BYTES,
         model_prefix=str(prefix),
         model_type="bpe",
         vocab_size=opts.vocab_size,
@@ -91,6 +97,11 @@ def _train_one(lines: Iterator[str], prefix: Path, opts: TokenizerOptions) -> No
                 f"characters at --character-coverage {opts.character_coverage}; raise "
                 "--vocab-size or lower --character-coverage"
             ) from None
+        if "sentences_.empty()" in str(e):
+            raise UserError(
+                f"{' and '.join(dict.fromkeys(map(str, names)))}: every line is longer than {MAX_LINE_BYTES:,} "
+                "bytes, which sentencepiece skips; split the text into sentences"
+            ) from None
         raise UserError(f"sentencepiece training failed: {str(e).splitlines()[0]}") from None
 
 
@@ -114,11 +125,11 @@ def train_tokenizer(
     tmp = temp_dir_beside(out)
     try:
         if opts.joint:
-            _train_one(_iter_lines([src, tgt]), tmp / "spm", opts)
+            _train_one(_iter_lines([src, tgt]), tmp / "spm", opts, [src, tgt])
             meta = {"joint": True, "src_model": "spm.model", "tgt_model": "spm.model"}
         else:
-            _train_one(_iter_lines([src]), tmp / "src", opts)
-            _train_one(_iter_lines([tgt]), tmp / "tgt", opts)
+            _train_one(_iter_lines([src]), tmp / "src", opts, [src])
+            _train_one(_iter_lines([tgt]), tmp / "tgt", opts, [tgt])
             meta = {"joint": False, "src_model": "src.model", "tgt_model": "tgt.model"}
         for vocab in tmp.glob("*.vocab"):
             vocab.unlink()  # the .model file holds the vocabulary too

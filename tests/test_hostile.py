@@ -431,6 +431,13 @@ CASES = [
         "--align reads a search's attention; it does not align --sample",
         None,
     ),  # fmt: skip
+    (  # a corpus of paragraphs: sentencepiece skipped every line and failed an assertion
+        "tokenizer corpus of long lines",
+        ["tokenizer", "train", "--src", "{dir}/l.en", "--tgt", "{dir}/l.en", "--out", "{dir}/t"],
+        None,
+        "/l.en: every line is longer than 4,192 bytes, which sentencepiece skips",
+        lambda d: (d / "l.en").write_text("word " * 1000 + "\n"),
+    ),  # fmt: skip
     (
         "beam 100000",
         ["translate", "-m", "{dir}/model", "--beam-size", "100000", "x"],

@@ -11,6 +11,8 @@ from mtcli.errors import UserError
 from mtcli.textio import read_lines
 from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 
+EXAMPLE_CHARS = 80  # of the corpus's first line, shown split into pieces after training
+
 
 @click.group()
 def tokenizer() -> None:
@@ -54,6 +56,7 @@ def train(src, tgt, out, vocab_size, joint, character_coverage, input_sentence_s
         markup=False,
     )
     example = next((line.strip() for line in read_lines(src) if line.strip()), "")
+    example = example[:EXAMPLE_CHARS]  # a corpus of whole paragraphs printed screens of it
     console.print(f"example: {example}", markup=False)
     console.print(f"pieces:  {' '.join(tok.src_pieces(example))}", soft_wrap=True, markup=False)
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mtcli.errors import UserError
-from mtcli.textio import decode_line, open_binary, read_lines
+from mtcli.textio import decode_line, open_binary, read_lines, read_raw_line
 
 
 def _count_rest(f) -> int:
@@ -26,7 +26,7 @@ def read_parallel(src: str | Path, tgt: str | Path) -> Iterator[tuple[int, str, 
     with open_binary(src) as fs, open_binary(tgt) as ft:
         line_no = 0
         while True:
-            raw_s, raw_t = fs.readline(), ft.readline()
+            raw_s, raw_t = read_raw_line(fs, src, line_no + 1), read_raw_line(ft, tgt, line_no + 1)
             if not raw_s or not raw_t:
                 if raw_s or raw_t:
                     n_src = line_no + bool(raw_s) + _count_rest(fs)

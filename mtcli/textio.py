@@ -65,8 +65,28 @@ def read_lines(path: str | Path) -> Iterator[str]:
 
 
 def read_stream(f: BinaryIO, name: str | Path) -> Iterator[str]:
-    for line_no, raw in enumerate(f, 1):
+    line_no = 1
+    while raw := read_raw_line(f, name, line_no):
         yield decode_line(raw, name, line_no)
+        line_no += 1
+
+
+# far beyond any sentence; without a cap, input without newlines (a binary file, /dev/zero)
+# was read into memory whole, as one line
+MAX_LINE_BYTES = 1 << 20
+
+
+def read_raw_line(f: BinaryIO, name: str | Path, line_no: int) -> bytes:
+    """Line `line_no`'s bytes with their ending (b"" at the end of the file), refused past
+    MAX_LINE_BYTES."""
+    raw = f.readline(MAX_LINE_BYTES + 2)  # room for the longest line and its \r\n
+    if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+        _too_long(name, line_no)
+    return raw
+
+
+def _too_long(name: str | Path, line_no: int):
+    raise UserError(f"{name}:{line_no}: a line of more than {MAX_LINE_BYTES:,} bytes (is it text?)")
 
 
 def read_json(path: Path):
@@ -95,6 +115,8 @@ def read_chunks(fd: int, max_lines: int, name: str = "stdin") -> Iterator[list[s
         if not data:
             break
         *complete, pending = (pending + data).split(b"\n")
+        if len(pending) > MAX_LINE_BYTES:
+            _too_long(name, line_no + len(complete) + 1)
         for raw in complete:
             line_no += 1
             lines.append(decode_line(raw, name, line_no))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +13,7 @@ from mtcli.cli import main
 from mtcli.data import epoch_batches, load_corpus, make_batches
 from mtcli.errors import UserError
 from mtcli.parallel_text import read_corpus, read_parallel
-from mtcli.textio import read_chunks, read_lines
+from mtcli.textio import MAX_LINE_BYTES, read_chunks, read_lines
 from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from tests.conftest import TATOEBA, run_mtcli, write_lines
 
@@ -100,6 +102,22 @@ def test_a_byte_order_mark_is_not_text(tmp_path):
     scored = CliRunner().invoke(main, args)
     assert scored.exit_code == 0, scored.output
     assert json.loads(scored.stdout)["systems"][str(marked)]["chrF2"]["score"] == 100.0
+
+
+def test_a_stream_without_newlines_is_refused_past_a_mebibyte():
+    """read_chunks (translate's stdin) stops a line at MAX_LINE_BYTES instead of reading on."""
+    read_end, write_end = os.pipe()
+
+    def write() -> None:  # then close: without the cap the reader would just see the end
+        os.write(write_end, b"ok\n" + b"a" * (MAX_LINE_BYTES + 1))
+        os.close(write_end)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    with pytest.raises(UserError, match=r"^stdin:2: a line of more than 1,048,576 bytes"):
+        list(read_chunks(read_end, 10))
+    writer.join()
+    os.close(read_end)
 
 
 def test_batches_small_hand_example():

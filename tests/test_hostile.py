@@ -438,6 +438,20 @@ CASES = [
         "/l.en: every line is longer than 4,192 bytes, which sentencepiece skips",
         lambda d: (d / "l.en").write_text("word " * 1000 + "\n"),
     ),  # fmt: skip
+    (  # input without newlines was read into memory whole (cat /dev/zero | ...)
+        "stdin line past 1 MiB",
+        ["tokenizer", "encode", "-t", "{dir}/tok"],
+        b"a" * (2**20 + 1),
+        "stdin:1: a line of more than 1,048,576 bytes (is it text?)",
+        None,
+    ),  # fmt: skip
+    (
+        "corpus line past 1 MiB",
+        ["train", "--src", "{dir}/z.en", "--tgt", "{dir}/a.zh", "--out", "{dir}/r"],
+        None,
+        "z.en:2: a line of more than 1,048,576 bytes (is it text?)",
+        lambda d: (d / "z.en").write_bytes(b"ok\n" + b"\0" * (2**20 + 1)),
+    ),  # fmt: skip
     (
         "beam 100000",
         ["translate", "-m", "{dir}/model", "--beam-size", "100000", "x"],

@@ -452,6 +452,22 @@ CASES = [
         "z.en:2: a line of more than 1,048,576 bytes (is it text?)",
         lambda d: (d / "z.en").write_bytes(b"ok\n" + b"\0" * (2**20 + 1)),
     ),  # fmt: skip
+    (  # --force or not, opening the input for writing emptied it before a line was read
+        "output is the input",
+        [
+            "translate",
+            "-m",
+            "{dir}/model",
+            "-i",
+            "{dir}/notes.txt",
+            "-o",
+            "{dir}/notes.txt",
+            "--force",
+        ],
+        None,
+        "notes.txt: is the input; writing it would erase it before it is read",
+        None,
+    ),  # fmt: skip
     (
         "beam 100000",
         ["translate", "-m", "{dir}/model", "--beam-size", "100000", "x"],

@@ -172,3 +172,18 @@ def test_a_full_disk_is_one_line_naming_where_the_results_went(copy_model_dir):
         _, err = proc.communicate("a b\n", timeout=120)
         assert proc.returncode == 1, (name, err)
         assert err == f"Error: {name}: No space left on device\n", err
+
+
+def test_stdin_redirected_from_the_output_file_is_refused(tmp_path, copy_model_dir):
+    """`mtcli translate -o f --force < f` (and a link to f) would empty f before reading it:
+    refused in one line, f intact. Before, f was left empty and the exit code was 0."""
+    mine = write_lines(tmp_path / "mine.txt", ["a b", "c d"])
+    (tmp_path / "link.txt").symlink_to(mine)
+    for out in (mine, tmp_path / "link.txt"):
+        with open(mine) as stdin:
+            done = subprocess.run(
+                [sys.executable, "-m", "mtcli", "translate", "-m", str(copy_model_dir), "-o", str(out), "--force"],
+                stdin=stdin, capture_output=True, text=True, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+            )  # fmt: skip
+        assert done.returncode == 2 and "is the input; writing it would erase it" in done.stderr
+        assert mine.read_text() == "a b\nc d\n"

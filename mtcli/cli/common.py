@@ -211,19 +211,36 @@ def model_for_text(model: str | None, lines: list[str]) -> Path:
     return info.path
 
 
-def check_output_file(path: str | None, option: str, force: bool) -> None:
-    """An output file that already holds something is the user's: replaced only with --force."""
+def check_output_file(path: str | None, option: str, force: bool, reading=None) -> None:
+    """An output file that already holds something is the user's: replaced only with --force.
+    The file the command reads (`reading`, an open stream) is never one: opening it for
+    writing would empty it before a line was read, --force or not."""
     if not path or path == "-":
         return
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{option} {path}: is a directory")
+    if reading is not None and _same_file(p, reading):
+        raise UserError(
+            f"{option} {path}: is the input; writing it would erase it before it is read "
+            "(write to another file, then move it)"
+        )
     if p.exists() and p.stat().st_size > 0 and not force:
         raise UserError(f"{option} {path}: exists; mtcli will not overwrite it (--force to do so)")
     if not p.parent.is_dir():
         raise UserError(f"{option} {path}: no such directory {p.parent}")
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UserError(f"{option} {path}: permission denied")
+
+
+def _same_file(path: Path, stream) -> bool:
+    """Whether `path` is the file behind the open `stream` (a link to it, or stdin redirected
+    from it, too)."""
+    try:
+        opened, there = os.fstat(stream.fileno()), path.stat()
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return False  # no file behind the stream (a pipe's inode never matches), or no file
+    return (opened.st_dev, opened.st_ino) == (there.st_dev, there.st_ino)
 
 
 class Utf8Text(click.ParamType):

@@ -152,7 +152,9 @@ def translate_command(
             "--glossary decodes with constrained beam search: not with --sample, --trace or --align"
         )
     cfg = build_decode_config(sample=sample, **sampling, **decode)
-    check_output_file(output_path, "--output", force)
+    check_output_file(
+        output_path, "--output", force, reading=None if text else input_file or sys.stdin
+    )
     terms = None
     if glossary:
         from mtcli.glossary import Glossary

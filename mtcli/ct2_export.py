@@ -91,7 +91,7 @@ def export_ctranslate2(model_dir: Path, out: Path, *, force: bool = False) -> Pa
         raise UserError(
             "--format ctranslate2 needs ctranslate2: pip install 'mtcli[ct2]'"
         ) from None
-    files.check_replaceable(out, "ct2", "--out", force)
+    files.check_replaceable(out, "ct2", "--out", force, reads=[model_dir])
     loaded = load_model(model_dir)
     spec = build_spec(loaded.model)
     tok = loaded.tokenizer

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from mtcli.errors import UserError
@@ -194,6 +195,12 @@ KINDS = {
 }  # fmt: skip
 
 
+def _is_within(inner: Path, outer: Path) -> bool:
+    """Whether `inner` is `outer` or lies below it (links resolved)."""
+    inner, outer = inner.resolve(), outer.resolve()
+    return inner == outer or outer in inner.parents
+
+
 def is_own_dir(path: Path, kind: str) -> bool:
     """True when `path` is a directory mtcli wrote as `kind`, holding nothing else."""
     marker, names = KINDS[kind]
@@ -212,13 +219,24 @@ def _json_has(path: Path, key: str) -> bool:
     return isinstance(data, dict) and key in data
 
 
-def check_replaceable(path: str | Path, kind: str, option: str, force: bool) -> None:
+def check_replaceable(
+    path: str | Path, kind: str, option: str, force: bool, reads: Iterable[str | Path] = ()
+) -> None:
     """Refuse to write directory `kind` at `path` where something of the user's is.
 
     Free: a path that does not exist, an empty directory, or mtcli's own `kind` directory
-    (which is replaced whole). Anything else needs `force`.
+    (which is replaced whole). Anything else needs `force`. Never, `force` or not: a `path`
+    that is or holds one of the inputs the command `reads`, which replacing it would delete
+    (`data prepare --from raw --out raw --force` deleted the raw files it had just read).
     """
     path = Path(path)
+    for read in map(Path, reads):
+        if _is_within(read, path):
+            where = "is" if read.resolve() == path.resolve() else "holds"
+            raise UserError(
+                f"{option} {path}: {where} the input {read}; replacing it would delete that "
+                "(write to another directory)"
+            )
     if force or not path.exists():
         return
     if path.is_dir() and (not any(path.iterdir()) or is_own_dir(path, kind)):

@@ -133,9 +133,4 @@ def check_model_files(path: str | Path) -> ModelFiles:
 
 def check_export_out(checkpoints: list[Path], out: Path, force: bool) -> None:
     """--out may not be an input or hold one, and may replace only an mtcli model directory."""
-    target = out.resolve()
-    for c in checkpoints:
-        c = c.resolve()
-        if c == target or target in c.parents:
-            raise UserError(f"--out {out}: would replace the checkpoint {c.name} it reads")
-    files.check_replaceable(out, "model", "--out", force)
+    files.check_replaceable(out, "model", "--out", force, reads=checkpoints)

@@ -360,7 +360,9 @@ def prepare(
         raise UserError(f"unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
     spec = CORPORA[name]
     out = Path(out)
-    check_replaceable(out, "corpus", "--out", opts.force)
+    check_replaceable(
+        out, "corpus", "--out", opts.force, reads=[opts.from_dir] if opts.from_dir else []
+    )
     if opts.n_test < 0 or opts.n_valid < 0:
         raise UserError("--test-size and --valid-size must be at least 0")
     raw = fetch_raw(spec, opts, cache_dir() / "downloads" / spec.name, progress)

@@ -118,7 +118,7 @@ def train_tokenizer(
     `out` may be new, empty, or an earlier tokenizer directory; anything else needs `force`.
     """
     out = Path(out)
-    check_replaceable(out, "tokenizer", "--out", force)
+    check_replaceable(out, "tokenizer", "--out", force, reads=[src, tgt])
     for path in (src, tgt):
         _check_text(path)
     clean_leftovers(out.parent, META_FILE)

@@ -468,6 +468,46 @@ CASES = [
         "notes.txt: is the input; writing it would erase it before it is read",
         None,
     ),  # fmt: skip
+    (  # --force replaced the folder it had just read: the raw download was gone
+        "prepare over its own raw files",
+        [
+            "data",
+            "prepare",
+            "tatoeba-en-zh",
+            "--from",
+            "{dir}/raw",
+            "--out",
+            "{dir}/raw",
+            "--force",
+        ],
+        None,
+        "raw: is the input",
+        None,
+    ),  # fmt: skip
+    (
+        "tokenizer over the folder of its corpus",
+        [
+            "tokenizer",
+            "train",
+            "--src",
+            "{dir}/a.en",
+            "--tgt",
+            "{dir}/a.zh",
+            "--out",
+            "{dir}",
+            "--force",
+        ],
+        None,
+        "holds the input",
+        None,
+    ),  # fmt: skip
+    (
+        "export over its own checkpoint",
+        ["export", "{dir}/model", "--out", "{dir}/model", "--force"],
+        None,
+        "model: is the input",
+        None,
+    ),  # fmt: skip
     (
         "beam 100000",
         ["translate", "-m", "{dir}/model", "--beam-size", "100000", "x"],
@@ -640,7 +680,7 @@ CASES = [
         "export over its own run",
         ["export", "{dir}/run2/step-2", "--out", "{dir}/run2"],
         None,
-        "would replace the checkpoint step-2",
+        "run2: holds the input",
         None,
     ),  # fmt: skip
     (

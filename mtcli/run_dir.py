@@ -19,6 +19,7 @@ from mtcli.errors import UserError
 from mtcli.files import (
     clean_leftovers,
     fsync_path,
+    is_own_dir,
     link_or_copy_dir,
     remove_dir,
     replace_dir,
@@ -100,7 +101,8 @@ def check_run_out(out: Path, force: bool) -> None:
     """OUT may be new, empty, or a run directory; a folder of the user's needs --force.
 
     mtcli only ever writes and removes its own names in OUT (last, best, step-N, tokenizer,
-    metrics.jsonl), so with --force the user's files there stay untouched.
+    metrics.jsonl), and only where they hold what mtcli writes (check_own_names), so with
+    --force the user's files there stay untouched.
     """
     for folder in [out, *out.parents]:
         if folder.exists():
@@ -109,7 +111,10 @@ def check_run_out(out: Path, force: bool) -> None:
                     f"--out {out}: {folder} is a file; a training run needs a directory"
                 )
             break
-    if force or not out.exists():
+    if not out.exists():
+        return
+    check_own_names(out)
+    if force:
         return
     names = {p.name for p in out.iterdir()}
     if not names or names & {*OWN, LOCK} or step_dirs(out):
@@ -118,6 +123,41 @@ def check_run_out(out: Path, force: bool) -> None:
         f"--out {out}: a directory that is not an mtcli training run; mtcli will not write "
         "into it (--force to use it anyway; nothing of yours there is removed)"
     )
+
+
+def check_own_names(out: Path) -> None:
+    """Whatever --force says, each of mtcli's names in OUT must hold what mtcli writes there:
+    a run replaces checkpoints and --restart removes them, so a folder of the user's called
+    best or last (or step-3, or tokenizer) would go with them. --restart --force deleted one."""
+    for path in sorted(out.iterdir()):
+        if path.name in ("last", "best") or STEP_DIR.match(path.name):
+            ours = is_own_dir(path, "model")
+        elif path.name == "tokenizer":
+            ours = is_own_dir(path, "tokenizer")
+        elif path.name == METRICS:
+            ours = _is_metrics_log(path)
+        else:
+            continue
+        if not ours:
+            raise UserError(
+                f"--out {out}: {path.name} is not an mtcli {'file' if path.name == METRICS else 'directory'}, "
+                "and a run would replace or remove it; move it, or choose another --out"
+            )
+
+
+def _is_metrics_log(path: Path) -> bool:
+    """An empty file, or one whose first line is a step's record."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        first = f.readline(1 << 16)
+    if not first.strip():
+        return True
+    try:
+        record = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and "step" in record
 
 
 class RunDir:

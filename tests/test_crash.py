@@ -186,6 +186,29 @@ def test_restart_starts_over_and_keeps_the_users_files(tmp_path):
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").is_file()  # --tokenizer names it
 
 
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("best", "photo.jpg"), ("last", "notes.txt"), ("step-3", "a.txt"), ("metrics.jsonl", None)],
+)
+def test_a_users_file_under_an_mtcli_name_is_never_replaced(tmp_path, name, content):
+    """A folder of the user's used with --force may hold their own best/, last/, step-N/ or
+    metrics.jsonl: a run would replace it, --restart remove it (it did: a photo in best/ was
+    deleted). Refused before anything is written, --restart and --force or not."""
+    cfg = _cfg(tmp_path, max_steps=2)
+    mine = tmp_path / "run" / name
+    if content is None:
+        mine.parent.mkdir()
+        mine.write_text("my own log\n")
+    else:
+        mine.mkdir(parents=True)
+        (mine / content).write_text("mine\n")
+    before = sorted(p.name for p in (tmp_path / "run").rglob("*"))
+    for restart in (False, True):
+        with pytest.raises(UserError, match=rf"--out .*run: {name} is not an mtcli"):
+            train(cfg, restart=restart, force=True)
+    assert sorted(p.name for p in (tmp_path / "run").rglob("*")) == before
+
+
 def test_steps_left_by_a_run_that_went_further_do_not_outrank_new_ones(tmp_path):
     """Resumed from step-4 of a run that reached step-8, with --keep 1: the new step-6 stays
     (it is not pruned for step-8), and step-8 waits until the run passes it."""

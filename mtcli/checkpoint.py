@@ -236,5 +236,5 @@ def export_model(
         tokenizer_dir=loaded.path, src_lang=loaded.src_lang, tgt_lang=loaded.tgt_lang,
         extra=extra, dtype=dtype,
     )  # fmt: skip
-    files.clean_leftovers(out.parent, CONFIG_FILE)
+    files.clean_leftovers(out.parent, CONFIG_FILE, out.name.__eq__)
     return save_model(loaded.model, out, request)

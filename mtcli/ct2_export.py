@@ -98,7 +98,7 @@ def export_ctranslate2(model_dir: Path, out: Path, *, force: bool = False) -> Pa
     spec.register_source_vocabulary([tok.src.id_to_piece(i) for i in range(tok.src_vocab_size)])
     spec.register_target_vocabulary([tok.tgt.id_to_piece(i) for i in range(tok.tgt_vocab_size)])
     spec.validate()
-    files.clean_leftovers(out.parent, MARKER)
+    files.clean_leftovers(out.parent, MARKER, out.name.__eq__)
     tmp = files.temp_dir_beside(out)
     try:
         spec.save(str(tmp))

@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from mtcli.errors import UserError
@@ -160,25 +160,35 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_leftovers(folder: Path, marker: str, *, every_pid: bool = False) -> list[str]:
+def clean_leftovers(
+    folder: Path, marker: str, ours: Callable[[str], bool], *, every_pid: bool = False
+) -> list[str]:
     """Remove what killed writers left in `folder`: NAME.tmp-PID-* of dead processes (all of
     them with `every_pid`, when a lock proves no one else writes here) and NAME.old beside a
     whole NAME. A NAME.old without its NAME is renamed back: it is the only copy.
-    Returns the names removed or restored, for the log."""
+
+    Only for the NAMEs the command writes (`ours`), and only a NAME.old that holds `marker`
+    (a directory of the kind mtcli writes): the folder may be the user's, and a backup.old
+    of theirs was renamed to backup. Returns the names removed or restored, for the log.
+    """
     done = []
     if not folder.is_dir():
         return done
     for entry in sorted(folder.iterdir()):
         m = _TEMP.match(entry.name)
-        if m and entry.is_dir() and (every_pid or not _pid_alive(int(m["pid"]))):
+        if m and ours(m["name"]) and entry.is_dir() and (every_pid or not _pid_alive(int(m["pid"]))):  # fmt: skip
             shutil.rmtree(entry, ignore_errors=True)
             done.append(entry.name)
-        elif entry.name.endswith(".old") and entry.is_dir():
+        elif entry.name.endswith(".old") and entry.is_dir() and (entry / marker).is_file():
             whole = entry.with_name(entry.name[: -len(".old")])
+            if not ours(whole.name):
+                continue
             if (whole / marker).is_file():
                 shutil.rmtree(entry, ignore_errors=True)
             elif not whole.exists():
                 os.replace(entry, whole)
+            else:
+                continue
             done.append(entry.name)
     return done
 

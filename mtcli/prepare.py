@@ -423,7 +423,7 @@ def prepare(
 
 def _write_splits(out: Path, splits: dict[str, Pairs], manifest: dict) -> None:
     """Build the whole directory aside, then swap it in: a kill never mixes old and new files."""
-    clean_leftovers(out.parent, "manifest.json")
+    clean_leftovers(out.parent, "manifest.json", out.name.__eq__)
     tmp = temp_dir_beside(out)
     try:
         for split, p in splits.items():

@@ -125,6 +125,11 @@ def check_run_out(out: Path, force: bool) -> None:
     )
 
 
+def is_own_name(name: str) -> bool:
+    """Whether mtcli writes `name` into OUT (last, best, step-N, tokenizer, metrics.jsonl)."""
+    return name in OWN or bool(STEP_DIR.match(name))
+
+
 def check_own_names(out: Path) -> None:
     """Whatever --force says, each of mtcli's names in OUT must hold what mtcli writes there:
     a run replaces checkpoints and --restart removes them, so a folder of the user's called
@@ -177,7 +182,7 @@ class RunDir:
             run.path.mkdir(parents=True, exist_ok=True)
             run._lock()
             # the lock proves no one else writes here: every temporary name is a leftover
-            clean_leftovers(run.path, CONFIG_FILE, every_pid=True)
+            clean_leftovers(run.path, CONFIG_FILE, is_own_name, every_pid=True)
         return run
 
     def _lock(self) -> None:

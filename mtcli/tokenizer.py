@@ -121,7 +121,7 @@ def train_tokenizer(
     check_replaceable(out, "tokenizer", "--out", force, reads=[src, tgt])
     for path in (src, tgt):
         _check_text(path)
-    clean_leftovers(out.parent, META_FILE)
+    clean_leftovers(out.parent, META_FILE, out.name.__eq__)
     tmp = temp_dir_beside(out)
     try:
         if opts.joint:

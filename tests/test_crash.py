@@ -328,11 +328,26 @@ def test_swap_is_whole_at_every_instant(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
     os.replace(dst, tmp_path / "m.old")  # a kill between the fallback's two renames
-    assert clean_leftovers(tmp_path, "config.json") == ["m.old"]
+    assert clean_leftovers(tmp_path, "config.json", "m".__eq__) == ["m.old"]
     assert (dst / "config.json").read_text() == "new"  # renamed back: it was the only copy
 
     dead = _dir_with(tmp_path / "m.tmp-999999999-x", "half")  # a pid that cannot be alive
     live = _dir_with(tmp_path / f"m.tmp-{os.getpid()}-y", "busy")
     _dir_with(tmp_path / "m.old", "stale")
-    assert sorted(clean_leftovers(tmp_path, "config.json")) == ["m.old", dead.name]
+    assert sorted(clean_leftovers(tmp_path, "config.json", "m".__eq__)) == ["m.old", dead.name]
     assert live.exists() and (dst / "config.json").read_text() == "new"
+
+
+def test_leftover_cleaning_leaves_the_users_folders_alone(tmp_path):
+    """The folder a directory is written into may be the user's: their backup.old is not a
+    leftover (it was renamed to backup), nor another name's .old or temporary-looking dir."""
+    (tmp_path / "backup.old").mkdir()
+    (tmp_path / "backup.old" / "photo.jpg").write_text("mine")
+    _dir_with(tmp_path / "other.old", "theirs")  # holds a config.json, but not our name
+    _dir_with(tmp_path / "other.tmp-999999999-x", "theirs")
+    (tmp_path / "n.old").mkdir()  # our name, but not what we write there (no config.json)
+    _dir_with(tmp_path / "m.old", "only copy")  # ours: restored
+    before = {"backup.old", "other.old", "other.tmp-999999999-x", "n.old"}
+    assert clean_leftovers(tmp_path, "config.json", {"m", "n"}.__contains__) == ["m.old"]
+    assert {p.name for p in tmp_path.iterdir()} == before | {"m"}
+    assert (tmp_path / "backup.old" / "photo.jpg").read_text() == "mine"

@@ -117,7 +117,7 @@ def save_model(model: Seq2Seq, path: str | Path, request: SaveRequest) -> Path:
     tmp = files.temp_dir_beside(path)
     try:
         write_model_dir(model, tmp, request)
-        files.replace_dir(tmp, path)
+        files.replace_dir(tmp, path, CONFIG_FILE)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -109,7 +109,7 @@ def export_ctranslate2(model_dir: Path, out: Path, *, force: bool = False) -> Pa
             "max_positions": loaded.model.cfg.max_positions, "exported_from": str(model_dir),
         }  # fmt: skip
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        files.replace_dir(tmp, out)
+        files.replace_dir(tmp, out, MARKER)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -98,22 +98,35 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(b))
 
 
-def replace_dir(tmp: Path, dst: Path) -> None:
+def replace_dir(tmp: Path, dst: Path, marker: str) -> None:
     """Make the finished directory `tmp` durable, then put it in `dst`'s place.
 
     At every instant `dst` is whole: the old one or the new one. Without an atomic exchange,
-    the old one is `dst.old` for the moment between two renames (see resolve_dir).
+    the old one is `dst.old` for the moment between two renames (see resolve_dir). A `dst.old`
+    holding `marker` (the file every directory of this kind has) is such a copy, left by a
+    kill, and goes; any other `dst.old` is the user's and stays.
     """
     fsync_tree(tmp)
+    old = dst.with_name(dst.name + ".old")
+    stale = old.is_dir() and (old / marker).is_file()
+    if not dst.exists():  # nothing to set aside: one atomic rename
+        os.replace(tmp, dst)
+        fsync_path(dst.parent)
+        if stale:  # the only copy a kill left, superseded now
+            shutil.rmtree(old, ignore_errors=True)
+        return
     if dst.is_dir() and _exchange(tmp, dst):
         fsync_path(dst.parent)
         shutil.rmtree(tmp, ignore_errors=True)  # the old content, under the temporary name
         return
-    old = dst.with_name(dst.name + ".old")
     if old.exists():
+        if not stale:
+            raise UserError(
+                f"{old}: in the way; mtcli sets {dst.name} aside under that name while it "
+                "replaces it (move it)"
+            )
         shutil.rmtree(old)
-    if dst.exists():
-        os.replace(dst, old)
+    os.replace(dst, old)
     os.replace(tmp, dst)
     fsync_path(dst.parent)
     shutil.rmtree(old, ignore_errors=True)

@@ -436,7 +436,7 @@ def _write_splits(out: Path, splits: dict[str, Pairs], manifest: dict) -> None:
         (tmp / "manifest.json").write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
         )
-        replace_dir(tmp, out)
+        replace_dir(tmp, out, "manifest.json")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

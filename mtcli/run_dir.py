@@ -235,11 +235,11 @@ class RunDir:
         tmp = temp_dir_beside(first)
         try:
             fill(tmp)
-            replace_dir(tmp, first)
+            replace_dir(tmp, first, CONFIG_FILE)
             for name in names[1:]:
                 tmp = temp_dir_beside(self.path / name)
                 link_or_copy_dir(first, tmp)
-                replace_dir(tmp, self.path / name)
+                replace_dir(tmp, self.path / name, CONFIG_FILE)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -134,7 +134,7 @@ def train_tokenizer(
         for vocab in tmp.glob("*.vocab"):
             vocab.unlink()  # the .model file holds the vocabulary too
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        replace_dir(tmp, out)
+        replace_dir(tmp, out, META_FILE)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -19,6 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from mtcli import files
 from mtcli.checkpoint import load_model, load_trainer_state
 from mtcli.config import ModelConfig, from_dict
 from mtcli.errors import UserError
@@ -323,7 +324,7 @@ def test_swap_is_whole_at_every_instant(tmp_path):
     """Replacing a directory leaves it whole (old or new) throughout; the fallback's moment
     between its two renames reads DIR.old; the next start restores or cleans what a kill left."""
     dst = _dir_with(tmp_path / "m", "old")
-    replace_dir(_dir_with(temp_dir_beside(dst), "new"), dst)  # the atomic exchange
+    replace_dir(_dir_with(temp_dir_beside(dst), "new"), dst, "config.json")  # the exchange
     assert (dst / "config.json").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
@@ -336,6 +337,26 @@ def test_swap_is_whole_at_every_instant(tmp_path):
     _dir_with(tmp_path / "m.old", "stale")
     assert sorted(clean_leftovers(tmp_path, "config.json", "m".__eq__)) == ["m.old", dead.name]
     assert live.exists() and (dst / "config.json").read_text() == "new"
+
+
+def test_a_users_dir_old_beside_the_output_is_never_removed(tmp_path, monkeypatch):
+    """DIR.old is the name the fallback swap sets DIR aside under. A folder of the user's of
+    that name was deleted when DIR did not exist yet; now a new DIR is one rename, and the
+    fallback refuses rather than remove it."""
+    mine = tmp_path / "m.old"
+    mine.mkdir()
+    (mine / "photo.jpg").write_text("mine")
+    dst = tmp_path / "m"
+    replace_dir(_dir_with(temp_dir_beside(dst), "new"), dst, "config.json")  # m is new
+    assert (dst / "config.json").read_text() == "new" and (mine / "photo.jpg").is_file()
+    monkeypatch.setattr(files, "_exchange", lambda a, b: False)  # a filesystem without it
+    with pytest.raises(UserError, match=r"m\.old: in the way"):
+        replace_dir(_dir_with(temp_dir_beside(dst), "newer"), dst, "config.json")
+    assert (dst / "config.json").read_text() == "new" and (mine / "photo.jpg").is_file()
+    shutil.rmtree(mine)
+    _dir_with(mine, "stale")  # a copy a kill left (it has the marker): it goes
+    replace_dir(_dir_with(temp_dir_beside(dst), "newest"), dst, "config.json")
+    assert (dst / "config.json").read_text() == "newest" and not mine.exists()
 
 
 def test_leftover_cleaning_leaves_the_users_folders_alone(tmp_path):

@@ -508,6 +508,49 @@ CASES = [
         "model: is the input",
         None,
     ),  # fmt: skip
+    (  # click's FloatRange let NaN through: every request then waited forever
+        "batch wait nan",
+        ["serve", "-m", "{dir}/model", "--batch-wait-ms", "nan"],
+        None,
+        "Invalid value for '--batch-wait-ms': nan is not a number",
+        None,
+    ),  # fmt: skip
+    (
+        "character coverage nan",
+        [
+            "tokenizer",
+            "train",
+            "--src",
+            "{dir}/a.en",
+            "--tgt",
+            "{dir}/a.zh",
+            "--out",
+            "{dir}/t",
+            "--character-coverage",
+            "nan",
+        ],
+        None,
+        "Invalid value for '--character-coverage': nan is not a number",
+        None,
+    ),  # fmt: skip
+    (  # in our range before, below sentencepiece's: its internal assertion
+        "character coverage below sentencepiece's",
+        [
+            "tokenizer",
+            "train",
+            "--src",
+            "{dir}/a.en",
+            "--tgt",
+            "{dir}/a.zh",
+            "--out",
+            "{dir}/t",
+            "--character-coverage",
+            "0.95",
+        ],
+        None,
+        "0.95 is not in the range 0.98<=x<=1.0",
+        None,
+    ),  # fmt: skip
     (
         "beam 100000",
         ["translate", "-m", "{dir}/model", "--beam-size", "100000", "x"],

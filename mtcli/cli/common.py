@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import gc
 import io
+import math
 import os
 import signal
 import sys
@@ -255,6 +256,17 @@ class Utf8Text(click.ParamType):
 
 
 UTF8_TEXT = Utf8Text()
+
+
+class FiniteRange(click.FloatRange):
+    """click's FloatRange, without NaN: every comparison with NaN is false, so FloatRange let
+    it through (`serve --batch-wait-ms nan` left every request waiting forever)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail("nan is not a number", param, ctx)
+        return number
 
 
 def decode_options(func):

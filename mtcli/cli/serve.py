@@ -8,6 +8,7 @@ import signal
 import click
 
 from mtcli.cli.common import (
+    FiniteRange,
     build_decode_config,
     check_models_early,
     console,
@@ -50,7 +51,7 @@ def _model_paths(models: tuple[str, ...]):
     "--batch-wait-ms",
     default=5.0,
     show_default=True,
-    type=click.FloatRange(0, 1000),
+    type=FiniteRange(0, 1000),
     help="How long a batch waits for more requests.",
 )
 @click.option(

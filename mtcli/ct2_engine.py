@@ -2,7 +2,8 @@
 ctranslate2`. Imports ctranslate2 and sentencepiece, never torch.
 
 It gives the same lines-in, lines-out behaviour as mtcli's Translator (source pieces + </s>,
-truncated to the model's positions; one result per line, in order) and honours what
+truncated to the model's positions; one result per line, in order; each line's own output
+limit; never <pad> or <s>; special pieces dropped from the text) and honours what
 CTranslate2 can do: beam size, n-best, length penalty (CTranslate2's n ** alpha, not GNMT's),
 a prefix, sampling with its seed, --no-repeat-ngram, int8, and token-budgeted batches.
 """
@@ -10,12 +11,14 @@ a prefix, sampling with its seed, --no-repeat-ngram, int8, and token-budgeted ba
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 from mtcli.config import DecodeConfig
 from mtcli.device import available_cpus
 from mtcli.errors import UserError
+from mtcli.tokenizer import SPECIAL_IDS
 from mtcli.translation import Translation
 
 MARKER = "mtcli.json"
@@ -83,13 +86,33 @@ class CT2Translator:
         if not rows:
             return results
         sources = [self._source(lines[i].strip()) for i in rows]
+        # mtcli's output limit is each line's own (a x its source tokens + b); CTranslate2
+        # takes one per call, so the call gets the longest line's and each output is cut to
+        # its line's: exact for greedy search, whose tokens do not depend on the limit
+        # (calling once per source length was 10-20% slower here)
+        limits = [max_output_tokens(len(src), self.cfg, self.max_src_tokens) for src in sources]
+        options = self._options(max(limits), [prefixes[i] for i in rows] if prefixes else None)
+        outputs = self.translator.translate_batch(sources, **options)
+        for i, limit, out in zip(rows, limits, outputs, strict=True):
+            texts = [
+                (self._detokenize(hyp[:limit]), float(score))
+                for hyp, score in zip(out.hypotheses, out.scores, strict=True)
+            ]
+            results[i] = Translation(lines[i], texts[0][0], texts[0][1], texts)
+        return results
+
+    def _options(self, limit: int, prefixes: list[str | None] | None) -> dict:
+        """translate_batch's settings, with at most `limit` output tokens."""
         cfg = self.cfg
         options = dict(
             beam_size=1 if cfg.sample else cfg.beam_size, num_hypotheses=cfg.nbest,
             length_penalty=cfg.length_penalty, return_scores=True,
-            max_decoding_length=int(cfg.max_len_a * max(map(len, sources)) + cfg.max_len_b) + 1,
+            max_decoding_length=limit,
             no_repeat_ngram_size=cfg.no_repeat_ngram, max_batch_size=cfg.batch_tokens,
             batch_type="tokens",
+            # mtcli never produces <pad> or <s> (decode._mask_never_generated); untrained
+            # or odd models otherwise gave them here
+            suppress_sequences=[["<pad>"], ["<s>"]],
         )  # fmt: skip
         if cfg.sample:
             options.update(
@@ -98,12 +121,19 @@ class CT2Translator:
             )  # fmt: skip
         if prefixes and any(prefixes):
             options["target_prefix"] = [
-                self.tgt.encode(prefixes[i], out_type=str) if prefixes[i] else None for i in rows
+                self.tgt.encode(p, out_type=str) if p else None for p in prefixes
             ]
-        for i, out in zip(rows, self.translator.translate_batch(sources, **options), strict=True):
-            texts = [
-                (self.tgt.decode([p for p in hyp if p != "</s>"]), float(score))
-                for hyp, score in zip(out.hypotheses, out.scores, strict=True)
-            ]
-            results[i] = Translation(lines[i], texts[0][0], texts[0][1], texts)
-        return results
+        return options
+
+    def _detokenize(self, pieces: list[str]) -> str:
+        """Pieces to text as mtcli's Tokenizer.decode_tgt does: special pieces dropped (an
+        <unk> printed as ⁇ here, and as nothing by mtcli's own engine)."""
+        return self.tgt.decode(
+            [i for i in map(self.tgt.piece_to_id, pieces) if i not in SPECIAL_IDS]
+        )
+
+
+def max_output_tokens(src_tokens: int, cfg: DecodeConfig, limit: int) -> int:
+    """The most output tokens before EOS for a source of `src_tokens` pieces (with </s>):
+    a x n + b, at least 1, at most the positions; decode.max_output_lengths on plain ints."""
+    return min(max(math.floor(cfg.max_len_a * src_tokens + cfg.max_len_b), 1), limit)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from mtcli.checkpoint import load_model
 from mtcli.config import DecodeConfig
@@ -34,6 +35,43 @@ def test_greedy_outputs_are_identical_on_200_test_lines(exported):
     ours = [t.text for t in Translator(loaded.model, loaded.tokenizer, cfg).translate_chunk(lines)]
     theirs = [t.text for t in CT2Translator(exported, cfg, threads=1).translate_chunk(lines)]
     assert theirs == ours
+
+
+@pytest.mark.parametrize("shape", [{}, {"pre_norm": True, "activation": "gelu"}])
+def test_greedy_is_identical_on_an_untrained_model_too(tmp_path, copy_model_dir, copy_lines, shape):
+    """Random weights reach every corner the shipped model avoids: outputs that run to each
+    line's length limit, <unk> in them, and <pad> or <s> as the likeliest token. CTranslate2
+    gave other texts on every line of such a model (its limit was the batch's, it produced
+    <pad> and <s>, which mtcli never does, and it printed <unk> as ⁇)."""
+    from mtcli.checkpoint import SaveRequest, save_model
+    from mtcli.ct2_engine import CT2Translator
+    from mtcli.ct2_export import export_ctranslate2
+    from mtcli.model import Seq2Seq
+    from mtcli.tokenizer import Tokenizer
+    from tests.conftest import tiny_config
+
+    vocab = Tokenizer.load(copy_model_dir).src_vocab_size
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config(vocab=vocab, **shape))
+    save_model(model, tmp_path / "m", SaveRequest(tokenizer_dir=copy_model_dir))
+    cfg = DecodeConfig(beam_size=1)
+    loaded = load_model(tmp_path / "m")
+    ours = Translator(loaded.model, loaded.tokenizer, cfg).translate_chunk(copy_lines)
+    theirs = CT2Translator(export_ctranslate2(tmp_path / "m", tmp_path / "ct2"), cfg, threads=1)
+    assert [t.text for t in theirs.translate_chunk(copy_lines)] == [t.text for t in ours]
+    assert max(len(t.text.split()) for t in ours) > 10  # some output ran to its limit
+
+
+def test_both_engines_turn_the_same_pieces_into_the_same_text(exported):
+    """Special pieces are dropped by both (CTranslate2's path printed <unk> as ⁇)."""
+    from mtcli.ct2_engine import CT2Translator
+
+    ct2 = CT2Translator(exported, DecodeConfig(), threads=1)
+    tok = load_model(SHIPPED).tokenizer
+    pieces = tok.tgt.encode("我们工作。", out_type=str)
+    pieces = ["<s>", *pieces[:1], "<unk>", *pieces[1:], "<pad>", "</s>"]
+    ids = [tok.tgt.piece_to_id(p) for p in pieces]
+    assert ct2._detokenize(pieces) == tok.decode_tgt(ids) == "我们工作。"
 
 
 def test_the_ctranslate2_path_imports_no_torch(exported):

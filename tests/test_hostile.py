@@ -76,6 +76,7 @@ def _toml(text: str):
 
 # (name, arguments with {dir} for the case's folder, stdin, expected text in the one line, setup)
 CPUS = len(os.sched_getaffinity(0))  # --threads may be at most this
+TOKENIZE = ["tokenizer", "train", "--src", "{dir}/a.en", "--tgt", "{dir}/a.zh"]  # then --out ...
 
 CASES = [
     (
@@ -486,17 +487,7 @@ CASES = [
     ),  # fmt: skip
     (
         "tokenizer over the folder of its corpus",
-        [
-            "tokenizer",
-            "train",
-            "--src",
-            "{dir}/a.en",
-            "--tgt",
-            "{dir}/a.zh",
-            "--out",
-            "{dir}",
-            "--force",
-        ],
+        [*TOKENIZE, "--out", "{dir}", "--force"],
         None,
         "holds the input",
         None,
@@ -517,36 +508,14 @@ CASES = [
     ),  # fmt: skip
     (
         "character coverage nan",
-        [
-            "tokenizer",
-            "train",
-            "--src",
-            "{dir}/a.en",
-            "--tgt",
-            "{dir}/a.zh",
-            "--out",
-            "{dir}/t",
-            "--character-coverage",
-            "nan",
-        ],
+        [*TOKENIZE, "--out", "{dir}/t", "--character-coverage", "nan"],
         None,
         "Invalid value for '--character-coverage': nan is not a number",
         None,
     ),  # fmt: skip
     (  # in our range before, below sentencepiece's: its internal assertion
         "character coverage below sentencepiece's",
-        [
-            "tokenizer",
-            "train",
-            "--src",
-            "{dir}/a.en",
-            "--tgt",
-            "{dir}/a.zh",
-            "--out",
-            "{dir}/t",
-            "--character-coverage",
-            "0.95",
-        ],
+        [*TOKENIZE, "--out", "{dir}/t", "--character-coverage", "0.95"],
         None,
         "0.95 is not in the range 0.98<=x<=1.0",
         None,
@@ -735,23 +704,14 @@ CASES = [
     ),  # fmt: skip
     (
         "tokenizer out is a user folder",
-        ["tokenizer", "train", "--src", "{dir}/a.en", "--tgt", "{dir}/a.zh", "--out", "{dir}/mine"],
+        [*TOKENIZE, "--out", "{dir}/mine"],
         None,
         "mtcli will not replace it",
         None,
     ),  # fmt: skip
     (
         "tokenizer out is a file",
-        [
-            "tokenizer",
-            "train",
-            "--src",
-            "{dir}/a.en",
-            "--tgt",
-            "{dir}/a.zh",
-            "--out",
-            "{dir}/notes.txt",
-        ],
+        [*TOKENIZE, "--out", "{dir}/notes.txt"],
         None,
         "notes.txt: a file",
         None,
@@ -765,18 +725,7 @@ CASES = [
     ),  # fmt: skip
     (
         "tokenizer vocab too small",
-        [
-            "tokenizer",
-            "train",
-            "--src",
-            "{dir}/a.en",
-            "--tgt",
-            "{dir}/a.zh",
-            "--out",
-            "{dir}/t",
-            "--vocab-size",
-            "8",
-        ],
+        [*TOKENIZE, "--out", "{dir}/t", "--vocab-size", "8"],
         None,
         "--vocab-size 8 is too small",
         None,

@@ -53,7 +53,10 @@ def check_model_fits(model: ModelConfig) -> None:
     failure deep in torch, and --n-enc-layers 100000 built layers for minutes first."""
     n = model.layer_parameters()
     need = 16 * n + 4 * model.max_positions * model.d_model
-    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): torch will say
+        return
     if need > have:
         shape = (
             f"--d-model {model.d_model} --d-ff {model.d_ff} --n-enc-layers {model.n_enc_layers} "

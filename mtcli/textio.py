@@ -80,7 +80,7 @@ def read_raw_line(f: BinaryIO, name: str | Path, line_no: int) -> bytes:
     """Line `line_no`'s bytes with their ending (b"" at the end of the file), refused past
     MAX_LINE_BYTES."""
     raw = f.readline(MAX_LINE_BYTES + 2)  # room for the longest line and its \r\n
-    if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+    if len(raw) > MAX_LINE_BYTES and len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:  # no copy per line
         _too_long(name, line_no)
     return raw
 

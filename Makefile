@@ -51,12 +51,12 @@ $(TOKENIZER)/tokenizer.json: | $(TATOEBA)/test.src
 	$(BIN)/mtcli tokenizer train --src $(TATOEBA)/train.src --tgt $(TATOEBA)/train.tgt --vocab-size 6000 --out $(TOKENIZER)
 
 model: $(STAMP) $(TOKENIZER)/tokenizer.json
-	$(BIN)/mtcli train --config mtcli/presets/en-zh-tiny.toml --tokenizer $(TOKENIZER) --out runs/en-zh-tiny
+	$(BIN)/mtcli train --config mtcli/training/presets/en-zh-tiny.toml --tokenizer $(TOKENIZER) --out runs/en-zh-tiny
 	$(BIN)/mtcli export $$(ls -d runs/en-zh-tiny/step-* | sort -V | tail -3) --out runs/en-zh-tiny/avg3 --fp16
 	mkdir -p models/en-zh-tiny && cp runs/en-zh-tiny/avg3/* models/en-zh-tiny/
 
 model-zh-en: $(STAMP) $(TOKENIZER)/tokenizer.json
-	$(BIN)/mtcli train --config mtcli/presets/zh-en-tiny.toml --tokenizer $(TOKENIZER) --out runs/zh-en-tiny
+	$(BIN)/mtcli train --config mtcli/training/presets/zh-en-tiny.toml --tokenizer $(TOKENIZER) --out runs/zh-en-tiny
 	$(BIN)/mtcli export $$(ls -d runs/zh-en-tiny/step-* | sort -V | tail -5) --out runs/zh-en-tiny/avg5 --fp16
 	mkdir -p models/zh-en-tiny && cp runs/zh-en-tiny/avg5/* models/zh-en-tiny/
 
@@ -81,7 +81,7 @@ demo: $(STAMP) $(DEMO).src
 # ---- demo-train: a small model from scratch in about 5 minutes, with progress bars
 demo-train: $(STAMP) $(DEMO).src
 	$(BIN)/mtcli tokenizer train --src $(TATOEBA)/train.src --tgt $(TATOEBA)/train.tgt --vocab-size 4000 --out runs/demo/tokenizer
-	$(BIN)/mtcli train --config mtcli/presets/en-zh-tiny.toml --tokenizer runs/demo/tokenizer --out runs/demo --restart \
+	$(BIN)/mtcli train --config mtcli/training/presets/en-zh-tiny.toml --tokenizer runs/demo/tokenizer --out runs/demo --restart \
 		--max-time 5 --bpe-dropout 0 --warmup 300 --lr-factor 0.5 --dropout 0.1 --valid-every 200 --valid-bleu-lines 200 --d-model 128 --d-ff 512
 	$(BIN)/mtcli eval -m runs/demo/best --src $(DEMO).src --ref $(DEMO).tgt --metrics bleu,chrf
 	$(BIN)/mtcli translate -m runs/demo/best "Why do we work?"

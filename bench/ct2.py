@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import REPO, SHARED, SHIPPED, read_lines, write_result  # noqa: E402
-from mtcli.ct2_export import export_ctranslate2  # noqa: E402
+from mtcli.store.ct2_export import export_ctranslate2  # noqa: E402
 
 SETTINGS = {  # name: (beam size, int8)
     "beam5_fp32": (5, False),
@@ -41,15 +41,15 @@ lines = Path(src).read_text(encoding="utf-8").splitlines()
 from mtcli.config import DecodeConfig
 cfg = DecodeConfig(beam_size=int(beam))
 if engine == "ctranslate2":
-    from mtcli.ct2_engine import CT2Translator
+    from mtcli.engines.ct2 import CT2Translator
     t = CT2Translator(Path(model), cfg, threads=int(threads), quantize="int8" if int8 == "1" else "none")
 else:
     import torch
-    from mtcli.allocator import keep_freed_memory
+    from mtcli.device import keep_freed_memory
     torch.set_num_threads(int(threads))
     keep_freed_memory()  # as mtcli translate does (cli.common.runtime_device)
-    from mtcli.checkpoint import load_model
-    from mtcli.translate import Translator, quantize_int8
+    from mtcli.store.checkpoint import load_model
+    from mtcli.engines.translator import Translator, quantize_int8
     loaded = load_model(model)
     net = quantize_int8(loaded.model) if int8 == "1" else loaded.model
     del loaded.model

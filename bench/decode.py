@@ -23,11 +23,11 @@ import torch
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
 from bench.common import REPO, SHARED, SHIPPED, peak_rss_mb, read_lines, timed, write_result  # noqa: E402
-from mtcli.allocator import keep_freed_memory  # noqa: E402
-from mtcli.checkpoint import load_model  # noqa: E402
 from mtcli.config import DecodeConfig  # noqa: E402
-from mtcli.evaluate import bleu  # noqa: E402
-from mtcli.translate import Translator, quantize_int8  # noqa: E402
+from mtcli.device import keep_freed_memory  # noqa: E402
+from mtcli.engines.translator import Translator, quantize_int8  # noqa: E402
+from mtcli.store.checkpoint import load_model  # noqa: E402
+from mtcli.training.metrics import bleu  # noqa: E402
 
 ROUNDS = 3  # every setting runs once per round, settings interleaved, and each keeps its
 # fastest round (as timeit does): on this shared 2-core machine the same setting varied by up to

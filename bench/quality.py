@@ -21,13 +21,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import SHARED, peak_rss_mb, read_lines, timed, write_result  # noqa: E402
-from mtcli.checkpoint import load_model  # noqa: E402
 from mtcli.config import DecodeConfig, ModelConfig, TrainConfig  # noqa: E402
-from mtcli.evaluate import MetricOptions, bleu_tokenizer_for, score_system  # noqa: E402
-from mtcli.prepare import PrepareOptions, prepare  # noqa: E402
-from mtcli.tokenizer import TokenizerOptions, train_tokenizer  # noqa: E402
-from mtcli.train import train  # noqa: E402
-from mtcli.translate import Translator  # noqa: E402
+from mtcli.data.prepare import PrepareOptions, prepare  # noqa: E402
+from mtcli.data.tokenizer import TokenizerOptions, train_tokenizer  # noqa: E402
+from mtcli.engines.translator import Translator  # noqa: E402
+from mtcli.store.checkpoint import load_model  # noqa: E402
+from mtcli.training.loop import train  # noqa: E402
+from mtcli.training.metrics import MetricOptions, bleu_tokenizer_for, score_system  # noqa: E402
 
 
 def run_quality(

@@ -33,13 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import SHARED, peak_rss_mb, write_result  # noqa: E402
 from mtcli.config import ModelConfig, TrainConfig  # noqa: E402
-from mtcli.data import collate, epoch_batches, load_corpus  # noqa: E402
-from mtcli.linear import Linear  # noqa: E402
-from mtcli.model import Seq2Seq  # noqa: E402
-from mtcli.parallel_text import read_parallel  # noqa: E402
-from mtcli.tokenizer import PAD_ID, TokenizerOptions, train_tokenizer  # noqa: E402
-from mtcli.train import Precision, lr_at, make_optimizer  # noqa: E402
-from mtcli.validation import smoothed_loss, validate_loss  # noqa: E402
+from mtcli.data.batches import collate, epoch_batches, load_corpus  # noqa: E402
+from mtcli.data.parallel_text import read_parallel  # noqa: E402
+from mtcli.data.tokenizer import PAD_ID, TokenizerOptions, train_tokenizer  # noqa: E402
+from mtcli.model.linear import Linear  # noqa: E402
+from mtcli.model.transformer import Seq2Seq  # noqa: E402
+from mtcli.training.loop import Precision, lr_at, make_optimizer  # noqa: E402
+from mtcli.training.validation import smoothed_loss, validate_loss  # noqa: E402
 
 
 class ReferenceTransformer(nn.Module):

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mtcli.config import ModelConfig, TrainConfig
-from mtcli.model import Seq2Seq
-from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
+from mtcli.data.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
+from mtcli.model.transformer import Seq2Seq
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -158,7 +158,7 @@ def copy_tokenizer(tmp: Path) -> Path:
 @pytest.fixture(scope="session")
 def copy_model_dir(tmp_path_factory) -> Path:
     """A tiny model trained to copy its 32 training sentences (the training smoke test's model)."""
-    from mtcli.train import train
+    from mtcli.training.loop import train
 
     tmp = tmp_path_factory.mktemp("copy")
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ from tests.conftest import REPO
 # of a few changing sizes, all freed, ten times: what a decoding step does with its tensors
 PROBE = """
 import ctypes, ctypes.util, resource, sys
-from mtcli.allocator import keep_freed_memory
+from mtcli.device import keep_freed_memory
 kept = keep_freed_memory() if sys.argv[1] == "keep" else False
 libc = ctypes.CDLL(ctypes.util.find_library("c"))
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -49,10 +49,10 @@ def test_kept_memory_is_not_faulted_in_again():
 
 def test_decoding_commands_keep_freed_memory_on_cpu(monkeypatch):
     """translate, eval, serve and attention set up decoding through runtime_device."""
-    import mtcli.allocator
+    import mtcli.device
     from mtcli.cli.common import runtime_device
 
     calls = []
-    monkeypatch.setattr(mtcli.allocator, "keep_freed_memory", lambda: calls.append(1))
+    monkeypatch.setattr(mtcli.device, "keep_freed_memory", lambda: calls.append(1))
     assert runtime_device("cpu", 1).type == "cpu"
     assert calls == [1]

@@ -12,11 +12,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from mtcli.attention import Heatmap, align_words, fits, piece_words, render, save_png
 from mtcli.cli import main
-from mtcli.decode import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy
+from mtcli.decoding.alignment import Heatmap, align_words, fits, piece_words, render, save_png
+from mtcli.decoding.search import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy
 from mtcli.errors import UserError
-from mtcli.kv_cache import AttentionRecord
+from mtcli.model.kv_cache import AttentionRecord
 from tests.conftest import REPO
 
 
@@ -86,7 +86,7 @@ def test_terminal_heatmap_fits_80_columns():
 def test_png_is_written_without_a_display(tmp_path):
     """`--png` in a subprocess with no DISPLAY gives a valid PNG of the expected pixel size."""
     code = (
-        "import sys, torch; from mtcli.attention import Heatmap, save_png;"
+        "import sys, torch; from mtcli.decoding.alignment import Heatmap, save_png;"
         "save_png(Heatmap(torch.full((3, 4), 0.25), ['a','b','c'], ['w','x','y','z'], 't'), sys.argv[1])"
     )
     env = {
@@ -158,8 +158,8 @@ def test_attention_command_draws_an_additive_model(tmp_path, copy_model_dir, cop
     a distribution over the source tokens."""
     from dataclasses import replace
 
-    from mtcli.checkpoint import SaveRequest, load_model, save_model
-    from mtcli.model import Seq2Seq
+    from mtcli.model.transformer import Seq2Seq
+    from mtcli.store.checkpoint import SaveRequest, load_model, save_model
 
     loaded = load_model(copy_model_dir)
     torch.manual_seed(0)

@@ -20,12 +20,12 @@ import torch
 from safetensors.torch import load_file
 
 from mtcli import files
-from mtcli.checkpoint import load_model, load_trainer_state
 from mtcli.config import ModelConfig, from_dict
 from mtcli.errors import UserError
 from mtcli.files import clean_leftovers, replace_dir, temp_dir_beside
-from mtcli.run_dir import STEP_DIR, RunDir
-from mtcli.train import train
+from mtcli.store.checkpoint import load_model, load_trainer_state
+from mtcli.training.loop import train
+from mtcli.training.run_dir import STEP_DIR, RunDir
 from tests.conftest import REPO, copy_tokenizer, copy_train_config
 
 

@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
-from mtcli.checkpoint import load_model
 from mtcli.config import DecodeConfig
-from mtcli.translate import Translator
+from mtcli.engines.translator import Translator
+from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO, TATOEBA, run_mtcli
 
 pytest.importorskip("ctranslate2")
@@ -20,14 +20,14 @@ SHIPPED = REPO / "models" / "en-zh-tiny"
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    from mtcli.ct2_export import export_ctranslate2
+    from mtcli.store.ct2_export import export_ctranslate2
 
     return export_ctranslate2(SHIPPED, tmp_path_factory.mktemp("ct2") / "en-zh-tiny")
 
 
 def test_greedy_outputs_are_identical_on_200_test_lines(exported):
     """The exported model, through CTranslate2, gives mtcli's greedy output for every line."""
-    from mtcli.ct2_engine import CT2Translator
+    from mtcli.engines.ct2 import CT2Translator
 
     lines = (TATOEBA / "test.en").read_text(encoding="utf-8").splitlines()[:200]
     cfg = DecodeConfig(beam_size=1)
@@ -43,11 +43,11 @@ def test_greedy_is_identical_on_an_untrained_model_too(tmp_path, copy_model_dir,
     line's length limit, <unk> in them, and <pad> or <s> as the likeliest token. CTranslate2
     gave other texts on every line of such a model (its limit was the batch's, it produced
     <pad> and <s>, which mtcli never does, and it printed <unk> as ⁇)."""
-    from mtcli.checkpoint import SaveRequest, save_model
-    from mtcli.ct2_engine import CT2Translator
-    from mtcli.ct2_export import export_ctranslate2
-    from mtcli.model import Seq2Seq
-    from mtcli.tokenizer import Tokenizer
+    from mtcli.data.tokenizer import Tokenizer
+    from mtcli.engines.ct2 import CT2Translator
+    from mtcli.model.transformer import Seq2Seq
+    from mtcli.store.checkpoint import SaveRequest, save_model
+    from mtcli.store.ct2_export import export_ctranslate2
     from tests.conftest import tiny_config
 
     vocab = Tokenizer.load(copy_model_dir).src_vocab_size
@@ -64,7 +64,7 @@ def test_greedy_is_identical_on_an_untrained_model_too(tmp_path, copy_model_dir,
 
 def test_both_engines_turn_the_same_pieces_into_the_same_text(exported):
     """Special pieces are dropped by both (CTranslate2's path printed <unk> as ⁇)."""
-    from mtcli.ct2_engine import CT2Translator
+    from mtcli.engines.ct2 import CT2Translator
 
     ct2 = CT2Translator(exported, DecodeConfig(), threads=1)
     tok = load_model(SHIPPED).tokenizer

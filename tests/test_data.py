@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.data import epoch_batches, load_corpus, make_batches
+from mtcli.data.batches import epoch_batches, load_corpus, make_batches
+from mtcli.data.parallel_text import read_corpus, read_parallel
+from mtcli.data.textio import MAX_LINE_BYTES, read_chunks, read_lines
+from mtcli.data.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from mtcli.errors import UserError
-from mtcli.parallel_text import read_corpus, read_parallel
-from mtcli.textio import MAX_LINE_BYTES, read_chunks, read_lines
-from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from tests.conftest import TATOEBA, run_mtcli, write_lines
 
 

@@ -7,8 +7,8 @@ import itertools
 import pytest
 import torch
 
-from mtcli.decode import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy, length_penalty
-from mtcli.model import Seq2Seq
+from mtcli.decoding.search import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy, length_penalty
+from mtcli.model.transformer import Seq2Seq
 from tests.conftest import tiny_config
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mtcli.model_dir import check_model_files
+from mtcli.store.model_dir import check_model_files
 from tests.conftest import REPO
 
 # the real command line in a fresh process, which says at exit whether torch was imported

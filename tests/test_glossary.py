@@ -10,13 +10,13 @@ import re
 import pytest
 import torch
 
-from mtcli.checkpoint import load_model
 from mtcli.config import DecodeConfig
-from mtcli.constraints import Progress, allocate, constrained_beam_search
-from mtcli.decode import EOS_ID, PAD_ID, max_output_lengths
+from mtcli.data.glossary import Glossary, phrase_ids
+from mtcli.decoding.constraints import Progress, allocate, constrained_beam_search
+from mtcli.decoding.search import EOS_ID, PAD_ID, max_output_lengths
+from mtcli.engines.translator import Translator
 from mtcli.errors import UserError
-from mtcli.glossary import Glossary, phrase_ids
-from mtcli.translate import Translator
+from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO, TATOEBA
 from tests.test_decode import _peaked_model, _sequence_score
 

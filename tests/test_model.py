@@ -10,10 +10,10 @@ import sys
 import pytest
 import torch
 
-from mtcli.checkpoint import SaveRequest, load_model, save_model
 from mtcli.errors import UserError
-from mtcli.linear import Linear, onednn_available
-from mtcli.model import SelfAttention, Seq2Seq, attend, sinusoidal_positions
+from mtcli.model.linear import Linear, onednn_available
+from mtcli.model.transformer import SelfAttention, Seq2Seq, attend, sinusoidal_positions
+from mtcli.store.checkpoint import SaveRequest, load_model, save_model
 from tests.conftest import tiny_config
 
 X = [[1, 0, 1, 0], [0, 2, 0, 2], [1, 1, 1, 1]]
@@ -140,7 +140,7 @@ def test_layer_parameters_counts_what_the_model_builds(shape):
 
 def test_save_load_in_fresh_process_gives_identical_logits(tmp_path, enzh_tokenizer):
     """Save, load in a new Python process, and the logits are bit-identical."""
-    from mtcli.tokenizer import Tokenizer
+    from mtcli.data.tokenizer import Tokenizer
 
     vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
     torch.manual_seed(0)
@@ -155,7 +155,7 @@ def test_save_load_in_fresh_process_gives_identical_logits(tmp_path, enzh_tokeni
     expected = model(src, tgt)
     torch.save({"src": src, "tgt": tgt}, tmp_path / "inputs.pt")
     code = (
-        "import sys, torch; from mtcli.checkpoint import load_model; torch.set_num_threads(1);"
+        "import sys, torch; from mtcli.store.checkpoint import load_model; torch.set_num_threads(1);"
         "m = load_model(sys.argv[1]).model; d = torch.load(sys.argv[2]);"
         "torch.save(m(d['src'], d['tgt']), sys.argv[3])"
     )
@@ -177,7 +177,7 @@ def test_save_load_in_fresh_process_gives_identical_logits(tmp_path, enzh_tokeni
 
 def test_fp16_weights_load_as_fp32(tmp_path, enzh_tokenizer):
     """A model stored in fp16 loads back as fp32 with weights equal to the rounded originals."""
-    from mtcli.tokenizer import Tokenizer
+    from mtcli.data.tokenizer import Tokenizer
 
     vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
     model = Seq2Seq(tiny_config(vocab=vocab))
@@ -192,7 +192,7 @@ def test_fp16_weights_load_as_fp32(tmp_path, enzh_tokenizer):
 
 def test_mismatched_tokenizer_is_refused(tmp_path, enzh_tokenizer, enzh_files):
     """A model directory whose tokenizer differs from the recorded one gives a one-line error."""
-    from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
+    from mtcli.data.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 
     vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
     save_model(
@@ -209,7 +209,7 @@ def test_interrupted_swap_falls_back_to_the_old_directory(tmp_path, enzh_tokeniz
     """A save killed between its two renames leaves DIR.old, which loads; a later save cleans up."""
     import os
 
-    from mtcli.tokenizer import Tokenizer
+    from mtcli.data.tokenizer import Tokenizer
 
     vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
     model = Seq2Seq(tiny_config(vocab=vocab))
@@ -236,8 +236,8 @@ def test_bf16_autocast_matches_fp32_closely():
 
 def test_export_averages_checkpoints(tmp_path, enzh_tokenizer):
     """export writes the element-wise mean of checkpoints (fp16), and refuses mixed shapes."""
-    from mtcli.checkpoint import export_model
-    from mtcli.tokenizer import Tokenizer
+    from mtcli.data.tokenizer import Tokenizer
+    from mtcli.store.checkpoint import export_model
 
     vocab = Tokenizer.load(enzh_tokenizer).src_vocab_size
     models = []
@@ -267,7 +267,7 @@ def test_export_averages_checkpoints(tmp_path, enzh_tokenizer):
 @torch.no_grad()
 def test_additive_score_of_one_head_by_hand():
     """One head's additive score equals vᵀ tanh(W_q q + W_k k) written out with loops."""
-    from mtcli.model import CrossAttention, additive_scores
+    from mtcli.model.transformer import CrossAttention, additive_scores
 
     torch.manual_seed(0)
     att = CrossAttention(d_model=4, n_heads=2, additive=True)
@@ -293,8 +293,8 @@ def test_additive_score_of_one_head_by_hand():
 def test_additive_attention_cached_equals_recompute_and_masks_padding():
     """With additive cross-attention: cached decoding equals recomputation, and padded source
     positions get exactly zero attention."""
-    from mtcli.decode import BOS_ID, beam_search
-    from mtcli.kv_cache import AttentionRecord
+    from mtcli.decoding.search import BOS_ID, beam_search
+    from mtcli.model.kv_cache import AttentionRecord
 
     torch.manual_seed(0)
     model = Seq2Seq(tiny_config(attention="additive")).eval()
@@ -319,7 +319,7 @@ def test_dropout_zeroes_with_probability_p_independently_and_scales_the_rest():
     share a draw) are zeroed together with probability p² (independent), the kept elements are
     scaled by exactly 1/(1-p), the gradient is the same mask times the scale, the same seed
     draws the same mask, and eval mode (or p = 0) is the identity."""
-    from mtcli.model import Dropout
+    from mtcli.model.transformer import Dropout
 
     n, p = 1_000_000, 0.1
     drop = Dropout(p).train()

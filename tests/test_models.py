@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mtcli import registry
-from mtcli.checkpoint import load_model
 from mtcli.cli import main
-from mtcli.registry import source_language
-from mtcli.translation import Router, Translation
+from mtcli.data.language import source_language
+from mtcli.engines.routing import Router, Translation
+from mtcli.store import registry
+from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO
 
 SHIPPED = REPO / "models"

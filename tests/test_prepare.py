@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from mtcli import prepare as P
+from mtcli.data import prepare as P
 from mtcli.errors import UserError
 from tests.conftest import TATOEBA
 

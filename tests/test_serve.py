@@ -18,10 +18,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from mtcli.checkpoint import load_model
 from mtcli.config import DecodeConfig
-from mtcli.serve import Models, ServeConfig, Served, create_app, mtcli_served
-from mtcli.translate import Translator
+from mtcli.engines.translator import Translator
+from mtcli.serving.app import Models, ServeConfig, Served, create_app, mtcli_served
+from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO, copy_sentences
 
 
@@ -341,7 +341,7 @@ def test_a_client_that_disconnects_does_not_stall_the_worker(copy_model_dir, cop
 def test_serve_with_the_ctranslate2_engine(tmp_path, copy_model_dir, copy_lines):
     """`mtcli serve --engine ctranslate2` on an export answers as mtcli's engine does (greedy)."""
     pytest.importorskip("ctranslate2")
-    from mtcli.ct2_export import export_ctranslate2
+    from mtcli.store.ct2_export import export_ctranslate2
 
     exported = export_ctranslate2(copy_model_dir, tmp_path / "letters-ct2")
     server = _Server("--engine", "ctranslate2", "-m", str(exported), "--beam-size", "1")

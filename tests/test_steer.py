@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.decode import (
+from mtcli.decoding.search import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -23,7 +23,7 @@ from mtcli.decode import (
     sample,
     sample_next,
 )
-from mtcli.model import Seq2Seq
+from mtcli.model.transformer import Seq2Seq
 from tests.conftest import tiny_config
 from tests.test_decode import _src
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mtcli.tokenizer import (
+from mtcli.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -94,7 +94,7 @@ def test_bpe_dropout_is_seeded_even_across_processes():
     """The same seed gives the same splits in another process; p > 0 splits finer, and every
     split decodes back to the text."""
     script = (
-        "import json, random, sys; from mtcli.tokenizer import Tokenizer; "
+        "import json, random, sys; from mtcli.data.tokenizer import Tokenizer; "
         "tok = Tokenizer.load('models/en-zh-tiny'); "
         "lines = open(sys.argv[1], encoding='utf-8').read().splitlines()[:300]; "
         "print(json.dumps(tok.sample_src(lines, 0.3, random.Random(7))))"

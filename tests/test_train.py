@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtcli.checkpoint import load_model
 from mtcli.config import TrainConfig
-from mtcli.data import pad, padding_mask
-from mtcli.decode import greedy
+from mtcli.data.batches import pad, padding_mask
+from mtcli.data.tokenizer import EOS_ID, Tokenizer
+from mtcli.decoding.search import greedy
 from mtcli.errors import UserError
-from mtcli.tokenizer import EOS_ID, Tokenizer
-from mtcli.train import lr_at, train
-from mtcli.validation import smoothed_loss
+from mtcli.store.checkpoint import load_model
+from mtcli.training.loop import lr_at, train
+from mtcli.training.validation import smoothed_loss
 from tests.conftest import REPO, copy_tokenizer, copy_train_config, write_lines
 
 
@@ -120,9 +120,9 @@ def test_resume_gives_the_same_losses(tmp_path, bpe_dropout):
 def test_bpe_dropout_resplits_each_epoch_reproducibly(tmp_path):
     """BPE-dropout re-splits the same pairs differently per epoch, identically for the same epoch,
     and every split still decodes to the original text."""
-    from mtcli.parallel_text import read_corpus
-    from mtcli.run_start import epoch_corpus, load_pairs
-    from mtcli.tokenizer import Tokenizer
+    from mtcli.data.parallel_text import read_corpus
+    from mtcli.data.tokenizer import Tokenizer
+    from mtcli.training.start import epoch_corpus, load_pairs
 
     tok_dir = copy_tokenizer(tmp_path)
     cfg = copy_train_config(tmp_path, tok_dir, bpe_dropout=0.5)
@@ -277,10 +277,10 @@ def test_patience_stops_early(tmp_path):
 
 def test_gradient_accumulation_equals_one_big_batch():
     """accum over two batches gives the gradient of their union, normalised per target token."""
-    from mtcli.data import Corpus, collate
-    from mtcli.model import Seq2Seq
-    from mtcli.train import Precision, _accumulate
-    from mtcli.validation import smoothed_loss
+    from mtcli.data.batches import Corpus, collate
+    from mtcli.model.transformer import Seq2Seq
+    from mtcli.training.loop import Precision, _accumulate
+    from mtcli.training.validation import smoothed_loss
     from tests.conftest import tiny_config
 
     g = torch.Generator().manual_seed(0)
@@ -324,7 +324,7 @@ def test_the_eta_line_counts_hours_past_a_day_and_takes_any_budget(capsys):
     wrapped it to 06:00:00), and a run 1e-300 of the way (--max-time 1e300) prints too (it was
     an internal error: time_t overflowed)."""
     from mtcli.cli.train import ProgressReporter, clock
-    from mtcli.reports import StepReport
+    from mtcli.training.reports import StepReport
 
     assert [clock(s) for s in (0, 59.6, 3661, 30 * 3600)] == ["0:00:00", "0:01:00", "1:01:01", "30:00:00"]  # fmt: skip
     reporter = ProgressReporter()

@@ -13,12 +13,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from mtcli.checkpoint import load_model
 from mtcli.cli import main
 from mtcli.config import DecodeConfig
+from mtcli.data.textio import read_chunks
+from mtcli.engines.translator import Translator, quantize_int8
 from mtcli.errors import UserError
-from mtcli.textio import read_chunks
-from mtcli.translate import Translator, quantize_int8
+from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO, run_mtcli, write_lines
 
 

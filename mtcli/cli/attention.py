@@ -50,9 +50,9 @@ def attention_command(
     device = runtime_device(device, threads)
     import torch
 
-    from mtcli.attention import Heatmap, render, save_png, select
-    from mtcli.checkpoint import load_model
-    from mtcli.translate import Translator
+    from mtcli.decoding.alignment import Heatmap, render, save_png, select
+    from mtcli.engines.translator import Translator
+    from mtcli.store.checkpoint import load_model
 
     loaded = load_model(model_dir, device)
     translator = Translator(loaded.model, loaded.tokenizer, cfg, device=device, align=True)

@@ -32,8 +32,8 @@ from mtcli.config import (
     read_toml,
     why_not,
 )
+from mtcli.data.textio import invalid_utf8_at
 from mtcli.errors import Interrupted, UserError
-from mtcli.textio import invalid_utf8_at
 
 console = Console(stderr=True, highlight=False)
 
@@ -181,7 +181,7 @@ def _escape(text: str) -> str:
 def chosen_model(model: str | None, src: str | None = None, tgt: str | None = None) -> Path | None:
     """The one model a command uses: -m NAME|DIR, else $MTCLI_MODEL, else the installed model
     for --from/--to. None when nothing names one: then the script of each line decides."""
-    from mtcli import registry
+    from mtcli.store import registry
 
     if model:
         return registry.find(model, "-m")
@@ -198,7 +198,7 @@ def chosen_model(model: str | None, src: str | None = None, tgt: str | None = No
 
 def model_for_text(model: str | None, lines: list[str]) -> Path:
     """chosen_model, else the installed model for the language most of `lines` are in."""
-    from mtcli import registry
+    from mtcli.store import registry
 
     if (path := chosen_model(model)) is not None:
         return path
@@ -363,10 +363,10 @@ def import_torch() -> None:
 
 
 def check_models_early(paths: list[Path | None]) -> None:
-    """Each model directory's files, checked before torch is imported (see mtcli.model_dir):
+    """Each model directory's files, checked before torch is imported (see mtcli.store.model_dir):
     a damaged one is one line at once rather than after torch's second of start-up. Loading
     checks them again, with the tensor shapes; None (a model chosen per line) is skipped."""
-    from mtcli.model_dir import check_model_files
+    from mtcli.store.model_dir import check_model_files
 
     for path in paths:
         if path is not None:
@@ -375,10 +375,11 @@ def check_models_early(paths: list[Path | None]) -> None:
 
 def runtime_device(device: str, threads: int):
     """The torch device to decode on; on CPU, torch gets `threads` (0 = all available cores)
-    and freed memory is kept for the next step's tensors (see mtcli.allocator)."""
+    and freed memory is kept for the next step's tensors (see mtcli.device)."""
+    from mtcli.device import keep_freed_memory, limit_kernel_caches, pick_device, use_cores
+
+    limit_kernel_caches()  # before torch: oneDNN reads it when it first runs
     import_torch()
-    from mtcli.allocator import keep_freed_memory
-    from mtcli.device import pick_device, use_cores
 
     chosen = pick_device(device)
     if chosen.type == "cpu":

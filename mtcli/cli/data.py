@@ -8,7 +8,7 @@ import click
 from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
 
 from mtcli.cli.common import console
-from mtcli.prepare import CORPORA, PrepareOptions, prepare
+from mtcli.data.prepare import CORPORA, PrepareOptions, prepare
 
 
 @click.group()

@@ -16,7 +16,8 @@ from mtcli.cli.common import (
     runtime_device,
     warn,
 )
-from mtcli.evaluate import (
+from mtcli.data.textio import read_lines
+from mtcli.training.metrics import (
     BLEU_TOKENIZERS,
     MetricOptions,
     Score,
@@ -26,7 +27,6 @@ from mtcli.evaluate import (
     confidence,
     score_system,
 )
-from mtcli.textio import read_lines
 
 
 def _read(path: str) -> list[str]:
@@ -37,8 +37,8 @@ def _translate_source(model_dir, src: str, device: str, threads: int, cfg) -> tu
     """Translate a source file with a model; also returns the model's target language."""
     check_models_early([model_dir])
     torch_device = runtime_device(device, threads)
-    from mtcli.checkpoint import load_model
-    from mtcli.translate import Translator
+    from mtcli.engines.translator import Translator
+    from mtcli.store.checkpoint import load_model
 
     loaded = load_model(model_dir, torch_device)
     translator = Translator(loaded.model, loaded.tokenizer, cfg, device=torch_device, warn=warn)

@@ -30,7 +30,7 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
     --format ctranslate2 converts one model directory to CTranslate2's format, exactly
     (greedy outputs identical to mtcli's).
     """
-    from mtcli.registry import find
+    from mtcli.store.registry import find
 
     # each a directory, or a shipped model's name
     checkpoints = [str(find(c, "CHECKPOINT")) for c in checkpoints]
@@ -39,14 +39,14 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
             raise UserError(
                 "--format ctranslate2 converts one model; average first: mtcli export A B --out M"
             )
-        from mtcli.ct2_export import export_ctranslate2
+        from mtcli.store.ct2_export import export_ctranslate2
 
         export_ctranslate2(Path(checkpoints[0]), Path(out), force=force)
         console.print(
             f"wrote {out} (CTranslate2; translate with --engine ctranslate2 -m {out})", markup=False
         )
         return
-    from mtcli.model_dir import check_export_out, check_model_files
+    from mtcli.store.model_dir import check_export_out, check_model_files
 
     # before torch: a wrong --out or a damaged checkpoint is one line at once (export_model
     # checks again, with the tensor shapes)
@@ -56,7 +56,7 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
     import_torch()
     import torch
 
-    from mtcli.checkpoint import export_model
+    from mtcli.store.checkpoint import export_model
 
     dtype = torch.float16 if fp16 else torch.float32
     export_model([Path(c) for c in checkpoints], Path(out), dtype, force=force)

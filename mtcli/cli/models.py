@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mtcli.errors import UserError
-from mtcli.registry import ModelInfo, installed, search_path
+from mtcli.store.registry import ModelInfo, installed, search_path
 
 
 @click.command("models")

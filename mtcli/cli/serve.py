@@ -21,7 +21,7 @@ from mtcli.errors import UserError
 
 def _model_paths(models: tuple[str, ...]):
     """-m NAME|DIR (repeatable); without -m, every shipped model."""
-    from mtcli import registry
+    from mtcli.store import registry
 
     if models:
         return [registry.find(m) for m in models]
@@ -119,12 +119,12 @@ def serve_command(
     try:
         import uvicorn
 
-        from mtcli import serve
+        from mtcli.serving import app as serve
     except ImportError as e:
         raise UserError(f"mtcli serve needs {e.name}: pip install 'mtcli[serve]'") from None
     sock = serve.listening_socket(host, port)  # before torch and the models: see its docstring
     if engine == "ctranslate2":
-        from mtcli.ct2_engine import MARKER, is_ct2_dir
+        from mtcli.engines.ct2 import MARKER, is_ct2_dir
 
         if bad := [p for p in paths if not is_ct2_dir(p)]:
             raise UserError(
@@ -143,7 +143,7 @@ def serve_command(
                     serve.ct2_served(path.name, path, meta["src_lang"], meta["tgt_lang"], threads)
                 )
             else:
-                from mtcli.checkpoint import load_model
+                from mtcli.store.checkpoint import load_model
 
                 served.append(
                     serve.mtcli_served(path.name, load_model(path, torch_device), torch_device)

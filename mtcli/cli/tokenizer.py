@@ -7,9 +7,9 @@ import sys
 import click
 
 from mtcli.cli.common import FiniteRange, NamedOutput, console
+from mtcli.data.textio import read_lines
+from mtcli.data.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from mtcli.errors import UserError
-from mtcli.textio import read_lines
-from mtcli.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 
 EXAMPLE_CHARS = 80  # of the corpus's first line, shown split into pieces after training
 

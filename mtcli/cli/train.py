@@ -13,8 +13,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from mtcli.cli.common import Layer, build_from_layers, console, import_torch, toml_layer
 from mtcli.config import TrainConfig
+from mtcli.device import limit_kernel_caches
 from mtcli.errors import UserError
-from mtcli.reports import Message, Report, StepReport, ValidReport
+from mtcli.training.reports import Message, Report, StepReport, ValidReport
 
 # flag name -> TrainConfig field ("model." for ModelConfig fields)
 FLAGS = {
@@ -127,7 +128,7 @@ def flag_layer(flags: dict) -> Layer:
 
 def recorded_layer(checkpoint: Path) -> Layer:
     """What the run being continued was trained with (unknown keys of other versions dropped)."""
-    from mtcli.run_dir import recorded_settings
+    from mtcli.training.run_dir import recorded_settings
 
     train, model = recorded_settings(checkpoint)
     # the CPU count is the machine's, not the run's: a run recorded with 16 threads continues
@@ -139,7 +140,7 @@ def recorded_layer(checkpoint: Path) -> Layer:
 
 def init_layer(init: str) -> Layer:
     """--init MODEL: its shape and languages are the defaults of the new run."""
-    from mtcli.model_dir import read_config  # no torch: a bad --init is one line at once
+    from mtcli.store.model_dir import read_config  # no torch: a bad --init is one line at once
 
     config = read_config(init)
     langs = {
@@ -153,8 +154,8 @@ def init_layer(init: str) -> Layer:
 
 def assemble_config(config_path, flags: dict, resume: str | None, restart: bool) -> TrainConfig:
     """The run's TrainConfig, on the settings of the checkpoint it would continue from."""
-    from mtcli.registry import find
-    from mtcli.run_dir import resume_point
+    from mtcli.store.registry import find
+    from mtcli.training.run_dir import resume_point
 
     if flags.get("init"):  # a model by name, as -m takes it
         flags = {**flags, "init": str(find(flags["init"], "--init"))}
@@ -246,11 +247,12 @@ def train_command(config_path, resume, restart, force, **flags) -> None:
         raise UserError(
             "--src is required (or set src in --config); without --tgt it is a TSV file"
         )
-    from mtcli.run_checks import check_inputs
+    from mtcli.training.checks import check_inputs
 
     check_inputs(cfg, force)  # without torch: a wrong file or --out is one line at once
+    limit_kernel_caches()  # bf16 matmuls are oneDNN's: its caches grew without bound
     import_torch()  # only once the settings and inputs are known to be good
-    from mtcli.train import train
+    from mtcli.training.loop import train
 
     with ProgressReporter() as reporter:
         result = train(cfg, reporter, resume=resume, restart=restart, force=force)

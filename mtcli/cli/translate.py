@@ -25,8 +25,8 @@ from mtcli.cli.common import (
     runtime_device,
     warn,
 )
+from mtcli.data.textio import read_chunks
 from mtcli.errors import UserError
-from mtcli.textio import read_chunks
 
 
 def format_result(t, fmt: str) -> str:
@@ -157,12 +157,13 @@ def translate_command(
     )
     terms = None
     if glossary:
-        from mtcli.glossary import Glossary
+        from mtcli.data.glossary import Glossary
 
         terms = Glossary.load(glossary)
     paths = [chosen_model(m) for m in models] or [chosen_model(None, src_lang, tgt_lang)]
-    from mtcli.registry import for_direction, source_language
-    from mtcli.translation import Router, chunks
+    from mtcli.data.language import source_language
+    from mtcli.engines.routing import Router, chunks
+    from mtcli.store.registry import for_direction
 
     say = (lambda m: None) if quiet else warn
     if engine == "ctranslate2":  # neither torch nor mtcli's decoder is imported on this path
@@ -221,7 +222,7 @@ def render_trace(result) -> str:
 
 def _ct2_translator(paths, cfg, device, threads, quantize, glossary, trace, align, say):
     """CTranslate2's translator for one exported model; what it cannot do is one line."""
-    from mtcli.ct2_engine import CT2Translator
+    from mtcli.engines.ct2 import CT2Translator
 
     unsupported = {
         "--glossary": glossary,
@@ -241,9 +242,9 @@ def _ct2_translator(paths, cfg, device, threads, quantize, glossary, trace, alig
 
 def _load_translator(paths, cfg, device, quantize: str, align: bool, trace: bool, terms, warn_once):  # fmt: skip
     """A Translator for one model directory, or an ensemble of several."""
-    from mtcli.checkpoint import load_ensemble
-    from mtcli.glossary import phrase_ids
-    from mtcli.translate import Translator, quantize_int8
+    from mtcli.data.glossary import phrase_ids
+    from mtcli.engines.translator import Translator, quantize_int8
+    from mtcli.store.checkpoint import load_ensemble
 
     loaded = load_ensemble(paths, device)
     nets = [quantize_int8(m.model) if quantize == "int8" else m.model for m in loaded]

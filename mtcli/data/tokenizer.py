@@ -1,0 +1,310 @@
+"""Sentencepiece BPE: train, load, encode, decode. Knows nothing about tensors.
+
+A tokenizer directory holds `tokenizer.json` (joint or separate, file names) and either one
+`spm.model` shared by both sides (joint) or `src.model` and `tgt.model` (separate).
+The special ids are fixed here, once, and every other module imports them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+from mtcli.data.textio import read_json, read_lines
+from mtcli.device import available_cpus
+from mtcli.errors import UserError
+from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+META_FILE = "tokenizer.json"
+
+
+@dataclass
+class TokenizerOptions:
+    """Sentencepiece training options exposed on the command line."""
+
+    vocab_size: int = 8000
+    joint: bool = True  # one model for both sides: lets source and target share embeddings
+    character_coverage: float = 0.9995  # below 1.0 so rare CJK characters map to <unk>
+    input_sentence_size: int = 0  # sample this many sentences from big corpora; 0 = all
+    seed: int = 1
+
+
+def _iter_lines(paths: Iterable[str | Path]) -> Iterator[str]:
+    """Non-empty stripped lines; invalid UTF-8 stops training with file:line."""
+    for path in paths:
+        for line in read_lines(path):
+            if line := line.strip():
+                yield line
+
+
+def _check_text(path: str | Path) -> None:
+    """Read a training file once before sentencepiece does: it must be UTF-8 and hold text.
+
+    (sentencepiece would replace bad bytes silently, and say only `!sentences_.empty()`.)
+    """
+    if not sum(1 for line in read_lines(path) if line.strip()):
+        raise UserError(f"{path}: no text to train a tokenizer on (empty file)")
+
+
+_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+# sentencepiece skips longer lines (its default); with none left it failed with an assertion
+MAX_LINE_BYTES = 4192
+
+
+def _train_one(
+    lines: Iterator[str], prefix: Path, opts: TokenizerOptions, names: list[str | Path]
+) -> None:
+    """Train one BPE model to `prefix.model` with the fixed special ids on `lines`, the text
+    of the files `names` (for messages)."""
+    kwargs = dict(
+        sentence_iterator=lines,
+        max_sentence_length=MAX_LINE_BYTES,
+        model_prefix=str(prefix),
+        model_type="bpe",
+        vocab_size=opts.vocab_size,
+        character_coverage=opts.character_coverage,
+        # sentencepiece's default NFKC would turn Chinese full-width punctuation (？，) into
+        # ASCII, so outputs would never match references; text is NFC-normalised on the way in
+        normalization_rule_name="identity",
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        # a small corpus may not support the requested size; take what it supports
+        hard_vocab_limit=False,
+        minloglevel=2,
+        num_threads=available_cpus(),
+    )
+    if opts.input_sentence_size:
+        kwargs.update(input_sentence_size=opts.input_sentence_size, shuffle_input_sentence=True)
+    spm.set_random_generator_seed(opts.seed)  # input sampling is the only randomness
+    try:
+        spm.SentencePieceTrainer.train(**kwargs)
+    except RuntimeError as e:
+        if m := _TOO_SMALL.search(str(e)):
+            raise UserError(
+                f"--vocab-size {m[1]} is too small: the corpus needs {m[2]} pieces for its "
+                f"characters at --character-coverage {opts.character_coverage}; raise "
+                "--vocab-size or lower --character-coverage"
+            ) from None
+        if "sentences_.empty()" in str(e):
+            raise UserError(
+                f"{' and '.join(dict.fromkeys(map(str, names)))}: every line is longer than {MAX_LINE_BYTES:,} "
+                "bytes, which sentencepiece skips; split the text into sentences"
+            ) from None
+        raise UserError(f"sentencepiece training failed: {str(e).splitlines()[0]}") from None
+
+
+def train_tokenizer(
+    src: str | Path,
+    tgt: str | Path,
+    out: str | Path,
+    opts: TokenizerOptions,
+    *,
+    force: bool = False,
+) -> Tokenizer:
+    """Train BPE on the training text and write a tokenizer directory to `out` atomically.
+
+    `out` may be new, empty, or an earlier tokenizer directory; anything else needs `force`.
+    """
+    out = Path(out)
+    check_replaceable(out, "tokenizer", "--out", force, reads=[src, tgt])
+    for path in (src, tgt):
+        _check_text(path)
+    clean_leftovers(out.parent, META_FILE, out.name.__eq__)
+    tmp = temp_dir_beside(out)
+    try:
+        if opts.joint:
+            _train_one(_iter_lines([src, tgt]), tmp / "spm", opts, [src, tgt])
+            meta = {"joint": True, "src_model": "spm.model", "tgt_model": "spm.model"}
+        else:
+            _train_one(_iter_lines([src]), tmp / "src", opts, [src])
+            _train_one(_iter_lines([tgt]), tmp / "tgt", opts, [tgt])
+            meta = {"joint": False, "src_model": "src.model", "tgt_model": "tgt.model"}
+        for vocab in tmp.glob("*.vocab"):
+            vocab.unlink()  # the .model file holds the vocabulary too
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        replace_dir(tmp, out, META_FILE)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Tokenizer.load(out)
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class Tokenizer:
+    """A pair of sentencepiece processors (the same object twice when joint)."""
+
+    def __init__(
+        self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor, joint: bool
+    ):
+        self.src, self.tgt, self.joint = src, tgt, joint
+        self._samplers: dict[str, BpeDropout] = {}  # built on first use of BPE-dropout
+        for side, sp in (("source", src), ("target", tgt)):
+            ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+            if ids != SPECIAL_IDS:
+                raise UserError(f"{side} tokenizer has special ids {ids}, expected {SPECIAL_IDS}")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Tokenizer:
+        directory = Path(directory)
+        meta = read_meta(directory)
+        src = _load_processor(directory / meta["src_model"])
+        tgt = src if meta["joint"] else _load_processor(directory / meta["tgt_model"])
+        return cls(src, tgt, meta["joint"])
+
+    @staticmethod
+    def model_files(directory: str | Path) -> list[str]:
+        """The files that make up a tokenizer directory (to copy into a model directory)."""
+        meta = read_meta(Path(directory))
+        return sorted({META_FILE, meta["src_model"], meta["tgt_model"]})
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.src.get_piece_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self.tgt.get_piece_size()
+
+    def encode_src(self, text: str) -> list[int]:
+        return self.src.encode(text)
+
+    def encode_tgt(self, text: str) -> list[int]:
+        return self.tgt.encode(text)
+
+    def sample_src(self, texts: list[str], dropout: float, rng: random.Random) -> list[list[int]]:
+        """Source ids with BPE-dropout (see BpeDropout)."""
+        return self._dropout("src").encode(texts, dropout, rng)
+
+    def sample_tgt(self, texts: list[str], dropout: float, rng: random.Random) -> list[list[int]]:
+        return self._dropout("tgt").encode(texts, dropout, rng)
+
+    def _dropout(self, side: str) -> BpeDropout:
+        if side not in self._samplers:
+            sp = self.src if side == "src" else self.tgt
+            shared = self.joint and self._samplers
+            self._samplers[side] = next(iter(self._samplers.values())) if shared else BpeDropout(sp)
+        return self._samplers[side]
+
+    def src_pieces(self, text: str) -> list[str]:
+        return self.src.encode(text, out_type=str)
+
+    def decode_tgt(self, ids: list[int]) -> str:
+        """Detokenize target ids; special ids are dropped by sentencepiece itself."""
+        return self.tgt.decode([i for i in ids if i not in SPECIAL_IDS])
+
+    def tgt_id_to_piece(self, ids: list[int]) -> list[str]:
+        return [self.tgt.id_to_piece(i) for i in ids]
+
+
+def read_meta(directory: Path) -> dict:
+    """tokenizer.json, checked: {"joint": bool, "src_model": file name, "tgt_model": file name}."""
+    path = directory / META_FILE
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such tokenizer or model directory")
+    if not path.is_file():
+        raise UserError(f"{directory}: not a tokenizer directory (no {META_FILE})")
+    meta = read_json(path)
+    names_ok = isinstance(meta, dict) and all(
+        isinstance(meta.get(k), str) and meta[k] and "/" not in meta[k] and meta[k] != ".."
+        for k in ("src_model", "tgt_model")
+    )
+    if not names_ok or not isinstance(meta.get("joint"), bool):
+        raise UserError(
+            f'{path}: expected {{"joint": true|false, "src_model": FILE, "tgt_model": FILE}}'
+        )
+    return meta
+
+
+class BpeDropout:
+    """BPE-dropout (Provilkov et al. 2020) over a sentencepiece BPE model.
+
+    BPE splits a word into characters and repeatedly merges the adjacent pair whose merged
+    piece ranks highest (sentencepiece's score); BPE-dropout skips each candidate merge with
+    probability p, so the same word is seen split in several ways during training. With p = 0
+    this is exactly sentencepiece's own encoding (a test checks every Tatoeba line).
+
+    It is written out here, not taken from sentencepiece's sampler, because that sampler draws
+    from a generator it seeds by itself: the same seed gave other splits in another process,
+    and a resumed run could not repeat the epoch it was killed in. Here the caller's seeded
+    `random.Random` decides every drop.
+    """
+
+    def __init__(self, sp: spm.SentencePieceProcessor):
+        self.sp = sp
+        self.rank = {
+            sp.id_to_piece(i): sp.get_score(i)
+            for i in range(sp.get_piece_size())
+            if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))
+        }
+
+    def encode(self, texts: list[str], p: float, rng: random.Random) -> list[list[int]]:
+        return [
+            [
+                self.sp.piece_to_id(piece)
+                for word in self._words(t)
+                for piece in self._merge(word, p, rng)
+            ]  # fmt: skip
+            for t in texts
+        ]
+
+    def _words(self, text: str) -> list[str]:
+        """The normalised text cut into words, each starting with ▁ (sentencepiece's own cut)."""
+        words: list[str] = []
+        for piece in self.sp.encode(text, out_type=str):
+            if piece.startswith("▁") or not words:
+                words.append(piece)
+            else:
+                words[-1] += piece
+        return words
+
+    def _merge(self, word: str, p: float, rng: random.Random) -> list[str]:
+        symbols = list(word)
+        while len(symbols) > 1:
+            best, at = None, -1
+            for i in range(len(symbols) - 1):
+                rank = self.rank.get(symbols[i] + symbols[i + 1])
+                # a candidate that would win is dropped with probability p (one that cannot
+                # win needs no draw: the best of the survivors is the same either way)
+                if (
+                    rank is not None
+                    and (best is None or rank > best)
+                    and not (p and rng.random() < p)
+                ):
+                    best, at = rank, i
+            if at < 0:
+                break
+            symbols[at : at + 2] = [symbols[at] + symbols[at + 1]]
+        # characters outside the vocabulary: a run of them is one <unk>, as in sentencepiece
+        pieces: list[str] = []
+        for s in symbols:
+            if pieces and s not in self.rank and pieces[-1] not in self.rank:
+                pieces[-1] += s
+            else:
+                pieces.append(s)
+        return pieces
+
+
+def _load_processor(path: Path) -> spm.SentencePieceProcessor:
+    if not path.is_file():
+        raise UserError(f"{path}: tokenizer model file is missing")
+    sp = spm.SentencePieceProcessor()
+    try:
+        sp.load(str(path))
+    except (OSError, RuntimeError) as e:
+        raise UserError(f"{path}: not a sentencepiece model ({e})") from None
+    return sp

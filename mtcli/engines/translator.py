@@ -1,0 +1,263 @@
+"""mtcli's Translator: lines in, lines out, in length-sorted batches, input order kept.
+
+Prints nothing itself; warnings go to a callback the caller supplies. What a translation is,
+and the streaming and routing of lines, live in translation.py (no torch there).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+
+from mtcli.config import DecodeConfig
+from mtcli.data.batches import pad, padding_mask
+from mtcli.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from mtcli.decoding.alignment import align_words
+from mtcli.decoding.constraints import constrained_beam_search
+from mtcli.decoding.search import (
+    Hypothesis,
+    Models,
+    StepRules,
+    Tracer,
+    TraceStep,
+    as_list,
+    beam_search,
+    greedy,
+    output_limit,
+    sample,
+)
+from mtcli.engines.routing import AttentionMaps, Translation, stream
+from mtcli.model.transformer import Seq2Seq
+
+
+def quantize_int8(model: Seq2Seq) -> Seq2Seq:
+    """Dynamic int8 quantization of the Linear layers, for CPU decoding (torch.ao), in place.
+
+    The output projection is an nn.Linear tied to the target embedding, so it is quantized too
+    (an int8 copy beside the fp32 embedding the decoder's input still reads). In place: the
+    fp32 Linear weights are dropped, not kept alive beside their quantized copies. torch 2.10+
+    marks torch.ao.quantization deprecated; it still works, so the warnings are silenced here
+    rather than shown to every user.
+    """
+    _as_plain_linears(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=UserWarning)
+        return torch.ao.quantization.quantize_dynamic(
+            model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True
+        )
+
+
+def _as_plain_linears(model: torch.nn.Module) -> None:
+    """Swap the model's Linear layers for nn.Linear on the same Parameters (ties kept): torch.ao
+    quantizes nn.Linear itself, not its subclasses."""
+    for name, module in list(model.named_modules()):
+        if isinstance(module, torch.nn.Linear) and type(module) is not torch.nn.Linear:
+            plain = torch.nn.Linear(module.in_features, module.out_features, bias=module.bias is not None)  # fmt: skip
+            plain.weight, plain.bias = module.weight, module.bias
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, plain)
+
+
+class Translator:
+    """Translate text with a loaded model (or an ensemble sharing one tokenizer) and its
+    tokenizer under a DecodeConfig."""
+
+    def __init__(
+        self,
+        model: Models,
+        tokenizer: Tokenizer,
+        cfg: DecodeConfig,
+        *,
+        device: str | torch.device = "cpu",
+        warn: Callable[[str], None] = lambda message: None,
+        align: bool = False,
+        trace: bool = False,
+        constraints: Callable[[str], list[list[int]]] | None = None,
+    ):
+        if cfg.sample and (align or trace):
+            raise ValueError("sampling records no attention or search steps: no align or trace")
+        self.models = [m.eval() for m in as_list(model)]
+        # the target phrases (token ids) a line's translation must contain: a glossary's terms
+        self.constraints = constraints
+        self.tokenizer, self.cfg = tokenizer, cfg
+        self.align = align  # record attention while decoding and turn it into word alignments
+        self.trace = trace  # record every step of the search (Translation.trace)
+        self.device = torch.device(device)
+        self.warn = warn
+        self._warned_truncation = False
+        # the source and the output share the position table; keep room for the output
+        self.max_src_tokens = output_limit(self.models)
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+
+    @property
+    def model(self) -> Seq2Seq:
+        return self.models[0]
+
+    def encode(self, line: str) -> tuple[list[int], bool]:
+        """Source ids ending in EOS, cut to the model's positions; and whether it was cut."""
+        ids = self.tokenizer.encode_src(line)
+        truncated = len(ids) > self.max_src_tokens
+        if truncated:
+            ids = ids[: self.max_src_tokens]
+            if not self._warned_truncation:
+                self.warn(
+                    f"an input line has more than {self.max_src_tokens} tokens; "
+                    "long lines are truncated to the model's max positions"
+                )
+                self._warned_truncation = True
+        return ids + [EOS_ID], truncated
+
+    def search(
+        self,
+        src: list[list[int]],
+        prefixes: list[list[int]] | None = None,
+        tracer: Tracer | None = None,
+    ) -> list[list[Hypothesis]]:
+        """Decode one batch of source id lists (each output starting with its prefix, when
+        given); n-best lists in the same order."""
+        src_ids = pad(src).to(self.device)  # (B, S)
+        src_mask = padding_mask(src_ids)
+        cfg = self.cfg
+        forced = None  # (B, P) target ids each output starts with, PAD where free
+        if prefixes and any(prefixes):
+            forced = pad([p or [PAD_ID] for p in prefixes]).to(self.device)
+        rules = StepRules(forced, cfg.no_repeat_ngram)
+        common = dict(
+            max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, alpha=cfg.length_penalty,
+            use_cache=cfg.use_cache, rules=rules,
+        )  # fmt: skip
+        if cfg.sample:
+            return sample(
+                self.models, src_ids, src_mask, n=cfg.nbest, temperature=cfg.temperature,
+                top_k=cfg.top_k, top_p=cfg.top_p, generator=self.generator, **common,
+            )  # fmt: skip
+        common.update(with_attention=self.align, tracer=tracer)
+        if cfg.beam_size == 1:
+            return [[h] for h in greedy(self.models, src_ids, src_mask, **common)]
+        return beam_search(
+            self.models, src_ids, src_mask, beam_size=cfg.beam_size, nbest=cfg.nbest, **common
+        )
+
+    def _batches(self, lengths: list[int]) -> Iterator[list[int]]:
+        """Indices sorted by length, cut so padded source tokens x rows per sentence (the beam,
+        or the draws when sampling) stay under budget."""
+        per_sentence = self.cfg.nbest if self.cfg.sample else self.cfg.beam_size
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        batch: list[int] = []
+        for i in order:  # ascending: the newest sentence is the widest
+            if batch and (len(batch) + 1) * lengths[i] * per_sentence > self.cfg.batch_tokens:
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def translate_chunk(
+        self, lines: list[str], prefixes: list[str | None] | None = None
+    ) -> list[Translation]:
+        """Translate a list of lines, sorted internally by length, returned in input order.
+        `prefixes[i]`, when given, is text line i's translation must start with."""
+        results: list[Translation | None] = [None] * len(lines)
+        encoded = []
+        for i, line in enumerate(lines):
+            text = line.strip()
+            if not text:
+                # an empty line stays an empty line
+                results[i] = Translation(line, "", 0.0, alignment=[] if self.align else None)
+            else:
+                prefix = prefixes[i] if prefixes else None
+                prefix_ids = self.tokenizer.encode_tgt(prefix) if prefix else []
+                encoded.append((i, *self.encode(text), prefix_ids))
+        if self.constraints is not None:
+            encoded = self._constrained(lines, encoded, results)
+        lengths = [len(ids) for _, ids, _, _ in encoded]
+        for batch in self._batches(lengths):
+            tracer = Tracer() if self.trace else None
+            nbests = self.search(
+                [encoded[j][1] for j in batch], [encoded[j][3] for j in batch], tracer
+            )
+            for position, (j, hyps) in enumerate(zip(batch, nbests, strict=True)):
+                i, src_ids, truncated, _ = encoded[j]
+                texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]
+                best_text, best_score = texts[0] if texts else ("", float("-inf"))
+                results[i] = Translation(lines[i], best_text, best_score, texts, truncated)
+                if tracer is not None:
+                    results[i].trace = self._readable(_steps_of(tracer, position))
+                if self.align and hyps:
+                    attention = self._attention(src_ids, hyps[0])
+                    results[i].attention = attention
+                    results[i].alignment = align_words(
+                        attention.cross_mean(), attention.source[:-1], attention.target[:-1],
+                        tgt_has_spaces=" " in best_text,
+                    )  # fmt: skip
+        return results  # type: ignore[return-value]
+
+    def _constrained(self, lines: list[str], encoded: list, results: list) -> list:
+        """Translate the lines whose constraints are not empty one by one with constrained
+        beam search (into `results`); return the others, for the usual batches untouched."""
+        plain = []
+        for item in encoded:
+            i, src_ids, truncated, _ = item
+            phrases = [p for p in self.constraints(lines[i]) if p]
+            if not phrases:
+                plain.append(item)
+                continue
+            src = torch.tensor([src_ids], device=self.device)
+            hyps = constrained_beam_search(
+                self.models, src, src != PAD_ID, phrases, beam_size=max(self.cfg.beam_size, 2),
+                alpha=self.cfg.length_penalty, max_len_a=self.cfg.max_len_a,
+                max_len_b=self.cfg.max_len_b, nbest=self.cfg.nbest,
+            )  # fmt: skip
+            if not hyps:  # the phrases did not fit in the length limit: translate freely
+                self.warn(f"line {i + 1}: its glossary terms did not fit; translated without them")
+                plain.append(item)
+                continue
+            texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]
+            results[i] = Translation(lines[i], texts[0][0], texts[0][1], texts, truncated)
+        return plain
+
+    def _attention(self, src_ids: list[int], hyp: Hypothesis) -> AttentionMaps:
+        src_pieces = [self.tokenizer.src.id_to_piece(i) for i in src_ids[:-1]] + ["</s>"]
+        tgt_pieces = self.tokenizer.tgt_id_to_piece(hyp.tokens) + ["</s>"]
+        return AttentionMaps(src_pieces, tgt_pieces, hyp.attention)
+
+    def translate_stream(self, lines: Iterable[str] | Iterable[list[str]]) -> Iterator[Translation]:
+        """Translate lines (or ready-made chunks of lines) and yield results in input order."""
+        return stream(self.translate_chunk, lines, self.cfg.chunk_lines)
+
+    def _readable(self, steps: list[TraceStep]) -> list[dict]:
+        """A trace as JSON: token ids with their pieces, probabilities, scores, finished texts."""
+        piece = self.tokenizer.tgt.id_to_piece
+        return [
+            {
+                "step": s.step,
+                "beams": [
+                    {
+                        "prefix": r.prefix,
+                        "fed": piece(r.prefix[-1]) if r.prefix else "<s>",
+                        "score": round(r.score, 4),
+                        "next": [[t, piece(t), round(p, 4)] for t, p in r.top],
+                    }
+                    for r in s.rows
+                ],
+                "finished": [
+                    {"text": self.tokenizer.decode_tgt(tokens), "score": round(score, 4)}
+                    for _, tokens, score in s.finished
+                ],
+            }
+            for s in steps
+        ]
+
+
+def _steps_of(tracer: Tracer, sentence: int) -> list[TraceStep]:
+    """The trace of one sentence of a batch (its rows and finished hypotheses only)."""
+    steps = []
+    for step in tracer.steps:
+        rows = [r for r in step.rows if r.sentence == sentence]
+        finished = [f for f in step.finished if f[0] == sentence]
+        if rows:
+            steps.append(TraceStep(step.step, rows, finished))
+    return steps

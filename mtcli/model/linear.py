@@ -1,0 +1,130 @@
+"""The model's Linear layer: nn.Linear's contract and parameters, its fp32 CPU matmuls in oneDNN.
+
+Why: torch's fp32 CPU matmul calls MKL, and MKL takes its AVX2 code on AMD processors; oneDNN
+(which torch also ships, and uses for bf16) takes AVX-512 on both. Measured on this project's
+2-core AMD EPYC: 190 against 450 GFLOP/s at the decoder's GEMM shapes, the same results to
+~1e-6 relative. In inference the weight is reordered once into oneDNN's blocked layout and kept
+(re-packed if it changes); in training the forward and both backward matmuls go through
+oneDNN on the plain weight (an autograd Function). bf16 autocast, other dtypes and devices
+take nn.Linear's own path. Knows nothing about the Transformer. oneDNN's kernel caches are
+kept small by the commands that decode or train (mtcli.device.limit_kernel_caches).
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# below this many multiply-adds oneDNN's cost per call (and compiling a kernel for each new
+# shape) outweighs its speed: the SIGKILL test, which trains a d_model-32 model, took 20.9 s
+# with every product through oneDNN, 15.2 s with none, 15.7 s with this threshold
+MIN_ONEDNN_MACS = 1 << 20
+
+
+@functools.cache
+def onednn_available() -> bool:
+    """Whether to use oneDNN's linear: on x86 (where it was measured) with a torch that has it."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        return torch.backends.mkldnn.is_available() and bool(
+            torch.ops.mkldnn._linear_pointwise.default and torch.ops.mkldnn._reorder_linear_weight
+        )
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class _Packed:
+    """A weight in oneDNN's layout, tagged with the version of the weight it was made from
+    (in-place edits and load_state_dict bump the version; see Linear.forward for fused Adam).
+
+    Not a buffer or a parameter: never saved, never copied (a copied model packs again).
+    """
+
+    def __init__(self) -> None:
+        self.tensor: Tensor | None = None
+        self.source: tuple[int, int] | None = None  # (data pointer, version) of the weight
+
+    def __deepcopy__(self, memo) -> _Packed:
+        return _Packed()
+
+    def clear(self) -> None:
+        self.tensor, self.source = None, None
+
+    def get(self, weight: Tensor) -> Tensor:
+        source = (weight.data_ptr(), weight._version)
+        if self.source != source:
+            self.tensor = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+            self.source = source
+        return self.tensor
+
+
+def _onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x (M, in) Wᵀ + b through oneDNN; weight (out, in), packed or plain -> (M, out)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _TrainingLinear(torch.autograd.Function):
+    """x Wᵀ + b whose forward and both backward matmuls run in oneDNN. x (M, in) -> (M, out)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.with_bias = bias is not None
+        return _onednn_linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        """grad (M, out) -> gradients of x (M, in), W (out, in), b (out,)."""
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        grad_x = _onednn_linear(grad, weight.t().contiguous(), None) if need_x else None  # grad W
+        grad_w = _onednn_linear(grad.t(), x.t(), None) if need_w else None  # gradᵀ x
+        grad_b = grad.sum(0) if need_b and ctx.with_bias else None
+        return grad_x, grad_w, grad_b
+
+
+class Linear(nn.Linear):
+    """y = x Wᵀ + b, exactly nn.Linear's contract and parameters."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__(in_features, out_features, bias)
+        self._packed = _Packed()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., in_features) -> (..., out_features)."""
+        training = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        if training:
+            # a packed copy made for validation goes: fused Adam updates weights in place
+            # without bumping their version, the one change the check in _Packed.get misses
+            self._packed.clear()
+        rows = x.numel() // max(x.size(-1), 1)
+        if not self._uses_onednn(x, rows):  # bf16 autocast training goes here
+            return F.linear(x, self.weight, self.bias)
+        flat = x.reshape(rows, -1)  # (M, in)
+        if training:  # the weight changes at every step: not packed
+            y = _TrainingLinear.apply(flat, self.weight, self.bias)
+        else:
+            y = _onednn_linear(flat, self._packed.get(self.weight), self.bias)
+        return y.view(*x.shape[:-1], -1)
+
+    def _uses_onednn(self, x: Tensor, rows: int) -> bool:
+        return (
+            rows * self.in_features * self.out_features >= MIN_ONEDNN_MACS
+            and x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and self.weight.dtype == torch.float32
+            and not _autocast_on_cpu()  # bf16 autocast has its own (oneDNN) matmuls
+            and onednn_available()
+        )
+
+
+def _autocast_on_cpu() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()

@@ -1,0 +1,1 @@
+"""The web page `mtcli serve` serves at /."""

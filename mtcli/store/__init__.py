@@ -1,0 +1,6 @@
+"""What mtcli keeps on disk: model directories (checked without torch), checkpoints, the
+registry of installed models, and the CTranslate2 export.
+
+May import: mtcli.model, mtcli.data, mtcli.config, mtcli.errors, mtcli.files. Never decoding,
+engines, training, serving or the CLI.
+"""

@@ -1,0 +1,131 @@
+"""Which models are installed, and which one translates a line.
+
+Models are found by name in the folders of $MTCLI_MODEL_PATH (colon-separated, searched
+first) and then among the shipped models, which travel inside the package (mtcli/models in a
+wheel; the top-level models/ of a source checkout). Which language a line is in is
+mtcli.data.language's to say.
+
+Stdlib only: listing models and choosing one reads config.json and the model card, no weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtcli.errors import UserError
+from mtcli.store.model_dir import CONFIG_FILE, WEIGHTS_FILE, read_safetensors_header
+
+CARD_FILE = "README.md"
+
+
+def shipped_models_dir() -> Path:
+    """mtcli/models inside an installed wheel, else the top-level models/ of a checkout."""
+    package = Path(__file__).resolve().parents[1]  # mtcli/
+    inside = package / "models"
+    return inside if inside.is_dir() else package.parent / "models"
+
+
+def search_path() -> list[Path]:
+    """Folders holding model directories: $MTCLI_MODEL_PATH's, then the shipped ones."""
+    extra = [Path(p) for p in os.environ.get("MTCLI_MODEL_PATH", "").split(os.pathsep) if p]
+    return [*extra, shipped_models_dir()]
+
+
+@dataclass
+class ModelInfo:
+    """What `mtcli models` shows of one installed model, read without loading its weights."""
+
+    name: str
+    path: Path
+    src_lang: str
+    tgt_lang: str
+    card: dict  # key: value lines of the model card's front matter (scores, data)
+
+    @property
+    def direction(self) -> str:
+        return f"{self.src_lang}->{self.tgt_lang}"
+
+    @property
+    def size_mb(self) -> float:
+        return sum(p.stat().st_size for p in self.path.iterdir() if p.is_file()) / 1e6
+
+    @property
+    def parameters(self) -> int:
+        """Parameters counted from the weights file's header (tied weights are stored once)."""
+        header = read_safetensors_header(self.path / WEIGHTS_FILE)
+        total = 0
+        for entry in header.values():
+            count = 1
+            for dim in entry.get("shape", []):
+                count *= dim
+            total += count
+        return total
+
+
+def read_card(path: Path) -> dict:
+    """The `key: value` lines between the two `---` lines that open a model card (as on model
+    hubs), e.g. `test_bleu: 36.46`; {} when the card has none."""
+    card = path / CARD_FILE
+    if not card.is_file():
+        return {}
+    lines = card.read_text(encoding="utf-8").splitlines()
+    if not lines or lines[0].strip() != "---":
+        return {}
+    fields = {}
+    for line in lines[1:]:
+        if line.strip() == "---":
+            break
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def describe(path: Path) -> ModelInfo | None:
+    """A model directory's info, or None when `path` is not one."""
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or not (path / WEIGHTS_FILE).is_file():
+        return None
+    src, tgt = str(config.get("src_lang", "")), str(config.get("tgt_lang", ""))
+    return ModelInfo(path.name, path, src, tgt, read_card(path))
+
+
+def installed() -> list[ModelInfo]:
+    """Every model on the search path; a name found twice is the first one's (path order)."""
+    found: dict[str, ModelInfo] = {}
+    for folder in search_path():
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            if path.is_dir() and path.name not in found and (info := describe(path)):
+                found[path.name] = info
+    return list(found.values())
+
+
+def find(name_or_path: str, option: str = "-m") -> Path:
+    """-m NAME or -m DIR: a directory as given, else an installed model of that name."""
+    path = Path(name_or_path)
+    if path.exists() or path.with_name(path.name + ".old").exists():
+        return path
+    if os.sep not in name_or_path:
+        for info in installed():
+            if info.name == name_or_path:
+                return info.path
+    names = ", ".join(i.name for i in installed()) or "none"
+    raise UserError(
+        f"{option} {name_or_path}: no such model directory or installed model ({names})"
+    )
+
+
+def for_direction(src: str | None, tgt: str | None) -> ModelInfo | None:
+    """The first installed model from `src` to `tgt` (either may be None: any)."""
+    for info in installed():
+        if (src is None or info.src_lang == src) and (tgt is None or info.tgt_lang == tgt):
+            return info
+    return None

@@ -1,0 +1,87 @@
+"""Every input a training run reads, checked before anything is written, and without torch:
+--out, the corpora, the tokenizer, an --init model's files, optional packages.
+
+The CLI runs these before it imports torch, so a mistake is one line at once; train() runs
+them again for callers of the library (reading the corpora once more, a small cost beside a
+run). What needs torch, the --init model's tensor shapes, train() checks itself.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mtcli.config import ModelConfig, TrainConfig, to_dict
+from mtcli.data.parallel_text import check_parallel
+from mtcli.data.tokenizer import Tokenizer
+from mtcli.errors import UserError
+from mtcli.store.model_dir import check_model_files
+from mtcli.training.run_dir import check_run_out
+
+# model fields that follow from the tokenizer, not from the user's settings
+DERIVED_MODEL_FIELDS = ("src_vocab_size", "tgt_vocab_size", "share_embeddings")
+
+
+def check_inputs(cfg: TrainConfig, force: bool) -> None:
+    """Every input a run reads, checked before it writes anything: the model's size against
+    the memory, --out, the corpora, the tokenizer or --init model, the TensorBoard package."""
+    check_model_fits(cfg.model)
+    check_run_out(Path(cfg.out), force)
+    # a corpus mistake (missing file, misaligned lines, bad UTF-8) should stop the run before
+    # minutes go into training a tokenizer on it
+    for src, tgt in ((cfg.src, cfg.tgt), (cfg.valid_src, cfg.valid_tgt)):
+        if src:
+            check_parallel(src, tgt or None)
+    if cfg.tokenizer:
+        Tokenizer.load(cfg.tokenizer)
+    if cfg.init:
+        check_init(cfg)
+    if cfg.tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise UserError(
+                "--tensorboard needs the tensorboard package: pip install 'mtcli[tensorboard]'"
+            ) from None
+
+
+def check_model_fits(model: ModelConfig) -> None:
+    """Refuse a model whose training cannot fit in this machine's memory, counted from its
+    shape before anything is built: its layers' parameters at 16 bytes each (weight, gradient
+    and Adam's two moments, fp32) and the position table. A lower bound (no embeddings, no
+    activations), so a refusal is always right. Unchecked, --d-model 1000000 was an allocation
+    failure deep in torch, and --n-enc-layers 100000 built layers for minutes first."""
+    n = model.layer_parameters()
+    need = 16 * n + 4 * model.max_positions * model.d_model
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): torch will say
+        return
+    if need > have:
+        shape = (
+            f"--d-model {model.d_model} --d-ff {model.d_ff} --n-enc-layers {model.n_enc_layers} "
+            f"--n-dec-layers {model.n_dec_layers}"
+        )
+        raise UserError(
+            f"{shape}: {n:,} parameters in the layers alone; training needs at least "
+            f"{need / 2**30:,.0f} GiB of memory, and this machine has {have / 2**30:,.0f} GiB"
+        )
+
+
+def check_init(cfg: TrainConfig) -> None:
+    """--init MODEL brings its shape and tokenizer: a flag that asks for others is refused."""
+    checked = check_model_files(cfg.init)
+    if cfg.tokenizer and Path(cfg.tokenizer).resolve() != checked.path.resolve():
+        raise UserError(
+            f"--tokenizer {cfg.tokenizer} conflicts with --init {cfg.init}: the model brings its "
+            "own tokenizer"
+        )
+    if diffs := architecture_differences(cfg.model, checked.model_cfg):
+        k, actual, wanted = diffs[0]
+        raise UserError(f"--init {cfg.init} has {k} {actual!r}; it cannot be trained as {wanted!r}")
+
+
+def architecture_differences(wanted: ModelConfig, actual: ModelConfig) -> list[tuple]:
+    """(field, actual, wanted) for each model field the user chose that differs."""
+    a, w = to_dict(actual), to_dict(wanted)
+    return [(k, a[k], w[k]) for k in a if k not in DERIVED_MODEL_FIELDS and a[k] != w[k]]

@@ -47,7 +47,7 @@ else:
     import torch
     from mtcli.device import keep_freed_memory
     torch.set_num_threads(int(threads))
-    keep_freed_memory()  # as mtcli translate does (cli.common.runtime_device)
+    keep_freed_memory()  # as mtcli translate does (engines.build.prepare_decoding)
     from mtcli.store.checkpoint import load_model
     from mtcli.engines.translator import Translator, quantize_int8
     loaded = load_model(model)

@@ -32,10 +32,14 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import SHARED, peak_rss_mb, write_result  # noqa: E402
-from mtcli.config import ModelConfig, TrainConfig  # noqa: E402
+from mtcli.config import (  # noqa: E402
+    PAD_ID,  # noqa: E402
+    ModelConfig,
+    TrainConfig,
+)
 from mtcli.data.batches import collate, epoch_batches, load_corpus  # noqa: E402
 from mtcli.data.parallel_text import read_parallel  # noqa: E402
-from mtcli.data.tokenizer import PAD_ID, TokenizerOptions, train_tokenizer  # noqa: E402
+from mtcli.data.tokenizer import TokenizerOptions, train_tokenizer  # noqa: E402
 from mtcli.model.linear import Linear  # noqa: E402
 from mtcli.model.transformer import Seq2Seq  # noqa: E402
 from mtcli.training.loop import Precision, lr_at, make_optimizer  # noqa: E402

@@ -23,6 +23,12 @@ from mtcli.device import available_cpus
 
 C = TypeVar("C")
 
+# The special token ids: the tokenizer is trained to assign them (data/tokenizer.py), the
+# model's embeddings keep PAD's row at zero, and every search starts at BOS and stops at EOS.
+# One table that all three import, so they cannot drift apart.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+
 
 class ConfigError(ValueError):
     """A value a config field cannot take; `key` is the field ("model.d_model" when nested)."""

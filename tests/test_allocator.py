@@ -48,11 +48,11 @@ def test_kept_memory_is_not_faulted_in_again():
 
 
 def test_decoding_commands_keep_freed_memory_on_cpu(monkeypatch):
-    """translate, eval, serve and attention set up decoding through runtime_device."""
+    """translate, eval, serve and attention set up decoding through engines.build.prepare_decoding."""
     import mtcli.device
-    from mtcli.cli.common import runtime_device
+    from mtcli.engines.build import prepare_decoding
 
     calls = []
     monkeypatch.setattr(mtcli.device, "keep_freed_memory", lambda: calls.append(1))
-    assert runtime_device("cpu", 1).type == "cpu"
+    assert prepare_decoding("cpu", 1).type == "cpu"
     assert calls == [1]

@@ -13,8 +13,10 @@ import torch
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.decoding.alignment import Heatmap, align_words, fits, piece_words, render, save_png
-from mtcli.decoding.search import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy
+from mtcli.cli.heatmap import Heatmap, fits, render, save_png
+from mtcli.config import BOS_ID, EOS_ID, PAD_ID
+from mtcli.decoding.alignment import align_words, piece_words
+from mtcli.decoding.search import beam_search, greedy
 from mtcli.errors import UserError
 from mtcli.model.kv_cache import AttentionRecord
 from tests.conftest import REPO
@@ -86,7 +88,7 @@ def test_terminal_heatmap_fits_80_columns():
 def test_png_is_written_without_a_display(tmp_path):
     """`--png` in a subprocess with no DISPLAY gives a valid PNG of the expected pixel size."""
     code = (
-        "import sys, torch; from mtcli.decoding.alignment import Heatmap, save_png;"
+        "import sys, torch; from mtcli.cli.heatmap import Heatmap, save_png;"
         "save_png(Heatmap(torch.full((3, 4), 0.25), ['a','b','c'], ['w','x','y','z'], 't'), sys.argv[1])"
     )
     env = {

@@ -7,7 +7,8 @@ import itertools
 import pytest
 import torch
 
-from mtcli.decoding.search import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy, length_penalty
+from mtcli.config import BOS_ID, EOS_ID, PAD_ID
+from mtcli.decoding.search import beam_search, greedy, length_penalty
 from mtcli.model.transformer import Seq2Seq
 from tests.conftest import tiny_config
 

@@ -293,7 +293,8 @@ def test_additive_score_of_one_head_by_hand():
 def test_additive_attention_cached_equals_recompute_and_masks_padding():
     """With additive cross-attention: cached decoding equals recomputation, and padded source
     positions get exactly zero attention."""
-    from mtcli.decoding.search import BOS_ID, beam_search
+    from mtcli.config import BOS_ID
+    from mtcli.decoding.search import beam_search
     from mtcli.model.kv_cache import AttentionRecord
 
     torch.manual_seed(0)

@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from mtcli.cli import main
 from mtcli.data.language import source_language
-from mtcli.engines.routing import Router, Translation
+from mtcli.engines.result import Translation
+from mtcli.engines.routing import Router
 from mtcli.store import registry
 from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtcli.config import TrainConfig
+from mtcli.config import EOS_ID, TrainConfig
 from mtcli.data.batches import pad, padding_mask
-from mtcli.data.tokenizer import EOS_ID, Tokenizer
+from mtcli.data.tokenizer import Tokenizer
 from mtcli.decoding.search import greedy
 from mtcli.errors import UserError
 from mtcli.store.checkpoint import load_model

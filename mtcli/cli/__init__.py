@@ -1,6 +1,6 @@
 """The `mtcli` command line: each subcommand parses flags, builds a config, calls one function.
 
-stdout carries results only; progress, logs and colour go to stderr (see common.py).
+stdout carries results only; progress, logs and colour go to stderr (see console.py).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from mtcli import __version__
-from mtcli.cli.common import MtcliGroup
+from mtcli.cli.console import MtcliGroup
 
 # each command's module is imported only when that command runs (torch alone takes ~1.5 s)
 COMMANDS = {

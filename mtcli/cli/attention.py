@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import click
 
-from mtcli.cli.common import (
-    UTF8_TEXT,
-    build_decode_config,
-    check_models_early,
-    check_output_file,
-    console,
-    decode_options,
-    model_for_text,
-    runtime_device,
-)
+from mtcli.cli.console import console
+from mtcli.cli.options import UTF8_TEXT, build_decode_config, decode_options
+from mtcli.cli.streams import check_output_file
+from mtcli.engines.build import EngineOptions, build_translator, model_for_text
 from mtcli.errors import UserError
 
 
@@ -46,28 +40,13 @@ def attention_command(
     cfg = build_decode_config(**decode)
     check_output_file(png, "--png", force)
     model_dir = model_for_text(model, [sentence])
-    check_models_early([model_dir])
-    device = runtime_device(device, threads)
-    import torch
-
-    from mtcli.decoding.alignment import Heatmap, render, save_png, select
-    from mtcli.engines.translator import Translator
-    from mtcli.store.checkpoint import load_model
-
-    loaded = load_model(model_dir, device)
-    translator = Translator(loaded.model, loaded.tokenizer, cfg, device=device, align=True)
-    result = translator.translate_chunk([sentence])[0]
+    options = EngineOptions(device=device, threads=threads, align=True)
+    result = build_translator([model_dir], cfg, options).translate_chunk([sentence])[0]
     if result.attention is None:
         raise UserError("SENTENCE is empty: there is nothing to attend to")
-    maps = result.attention
-    rows, cols = {
-        "cross": (maps.target, maps.source),
-        "encoder": (maps.source, maps.source),
-        "decoder": (maps.target, maps.target),
-    }[kind]
-    weights = select(maps.trace, kind=kind, layer=layer, head=head)
-    which = "mean of heads" if head is None else f"head {head}"
-    heatmap = Heatmap(weights.to(torch.float32), rows, cols, f"{kind} attention, layer {layer}, {which}")  # fmt: skip
+    from mtcli.cli.heatmap import heatmap_of, render, save_png
+
+    heatmap = heatmap_of(result.attention, kind=kind, layer=layer, head=head)
     click.echo(result.text)
     console.print(render(heatmap, width=width))
     if png:

@@ -7,7 +7,7 @@ import json
 import click
 from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
 
-from mtcli.cli.common import console
+from mtcli.cli.console import console
 from mtcli.data.prepare import CORPORA, PrepareOptions, prepare
 
 

@@ -8,15 +8,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from mtcli.cli.common import (
-    build_decode_config,
-    check_models_early,
-    decode_options,
-    model_for_text,
-    runtime_device,
-    warn,
-)
+from mtcli.cli.console import warn
+from mtcli.cli.options import build_decode_config, decode_options
 from mtcli.data.textio import read_lines
+from mtcli.engines.build import EngineOptions, build_translator, model_for_text
+from mtcli.engines.routing import stream
+from mtcli.store.registry import describe
 from mtcli.training.metrics import (
     BLEU_TOKENIZERS,
     MetricOptions,
@@ -33,16 +30,49 @@ def _read(path: str) -> list[str]:
     return list(read_lines(path))
 
 
-def _translate_source(model_dir, src: str, device: str, threads: int, cfg) -> tuple[list[str], str]:
-    """Translate a source file with a model; also returns the model's target language."""
-    check_models_early([model_dir])
-    torch_device = runtime_device(device, threads)
-    from mtcli.engines.translator import Translator
-    from mtcli.store.checkpoint import load_model
+def _systems(src, hyps, model, device: str, threads: int, decode: dict) -> tuple[list, str | None]:
+    """(name, lines) of each system to score: the --hyp files, or --src translated by the model
+    (also returning the model's target language)."""
+    if not src:
+        return [("stdin" if h == "-" else h, _read(h)) for h in hyps], None
+    cfg = build_decode_config(**decode)
+    sources = _read(src)
+    model_dir = model_for_text(model, sources[:200])
+    options = EngineOptions(device=device, threads=threads, warn=warn)
+    translator = build_translator([model_dir], cfg, options)
+    out = [t.text for t in stream(translator.translate_chunk, sources, cfg.chunk_lines)]
+    info = describe(model_dir)
+    return [(model or model_dir.name, out)], info.tgt_lang if info else None
 
-    loaded = load_model(model_dir, torch_device)
-    translator = Translator(loaded.model, loaded.tokenizer, cfg, device=torch_device, warn=warn)
-    return [t.text for t in translator.translate_stream(_read(src))], loaded.tgt_lang
+
+def _scores(systems, ref_lines, opts, with_confidence: bool, bootstrap: int) -> dict:
+    """Each system's scores: compared with one another when there are several, with bootstrap
+    intervals when asked for one."""
+    if len(systems) > 1:
+        return compare_systems(systems, ref_lines, opts, n_samples=bootstrap)
+    name, lines = systems[0]
+    if with_confidence:
+        return {name: confidence(lines, ref_lines, opts, n_samples=bootstrap)}
+    return {name: score_system(lines, ref_lines, opts)}
+
+
+def _print(results: dict, n_lines: int, tokenize: str, as_json: bool) -> None:
+    """A table and the signatures, or one JSON object, on stdout."""
+    if as_json:
+        record = {
+            "segments": n_lines,
+            "tokenize": tokenize,
+            "systems": {
+                name: {s.name: {k: v for k, v in vars(s).items() if v is not None} for s in scores}
+                for name, scores in results.items()
+            },
+        }
+        click.echo(json.dumps(record, ensure_ascii=False))
+        return
+    out = Console(highlight=False, soft_wrap=True)
+    out.print(_table(results, n_lines))
+    for s in next(iter(results.values())):  # signatures in full, one per line, never wrapped
+        out.print(f"{s.name}: {s.signature}")
 
 
 def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
@@ -112,21 +142,9 @@ def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
 )
 @decode_options
 def eval_command(
-    refs,
-    hyps,
-    src,
-    model,
-    tgt_lang,
-    tokenize,
-    chrf_word_order,
-    metrics,
-    with_confidence,
-    bootstrap,
-    as_json,
-    device,
-    threads,
-    **decode,
-) -> None:
+    refs, hyps, src, model, tgt_lang, tokenize, chrf_word_order, metrics, with_confidence,
+    bootstrap, as_json, device, threads, **decode,
+) -> None:  # fmt: skip
     """Score translations with BLEU, chrF and TER (sacrebleu), with signatures."""
     if bool(src) == bool(hyps):
         raise click.UsageError("give either --src (to translate with a model) or --hyp files")
@@ -135,39 +153,13 @@ def eval_command(
         raise click.BadParameter(f"unknown metric(s) {', '.join(bad)}", param_hint="--metrics")
     if list(hyps).count("-") + list(refs).count("-") > 1:
         raise click.BadParameter("stdin can be read once", param_hint="--hyp/--ref")
-    cfg = build_decode_config(**decode) if src else None
-    ref_lines = [_read(r) for r in refs]
     if src:
-        model_dir = model_for_text(model, _read(src)[:200])
-        out, model_lang = _translate_source(model_dir, src, device, threads, cfg)
-        systems = [(model or model_dir.name, out)]
-        tgt_lang = tgt_lang or model_lang
-    else:
-        systems = [("stdin" if h == "-" else h, _read(h)) for h in hyps]
+        build_decode_config(**decode)  # a bad decoding flag is one line before any file is read
+    ref_lines = [_read(r) for r in refs]
+    systems, model_lang = _systems(src, hyps, model, device, threads, decode)
     for name, lines in systems:
         check_lengths(lines, ref_lines, name, list(refs))
-    opts = MetricOptions(
-        tokenize or bleu_tokenizer_for(tgt_lang or ""), chrf_word_order, tuple(names)
-    )
-    if len(systems) > 1:
-        results = compare_systems(systems, ref_lines, opts, n_samples=bootstrap)
-    elif with_confidence:
-        results = {systems[0][0]: confidence(systems[0][1], ref_lines, opts, n_samples=bootstrap)}
-    else:
-        results = {systems[0][0]: score_system(systems[0][1], ref_lines, opts)}
-    n_lines = len(ref_lines[0])
-    if as_json:
-        record = {
-            "segments": n_lines,
-            "tokenize": opts.tokenize,
-            "systems": {
-                name: {s.name: {k: v for k, v in vars(s).items() if v is not None} for s in scores}
-                for name, scores in results.items()
-            },
-        }
-        click.echo(json.dumps(record, ensure_ascii=False))
-    else:
-        out = Console(highlight=False, soft_wrap=True)
-        out.print(_table(results, n_lines))
-        for s in next(iter(results.values())):  # signatures in full, one per line, never wrapped
-            out.print(f"{s.name}: {s.signature}")
+    language = tgt_lang or model_lang or ""
+    opts = MetricOptions(tokenize or bleu_tokenizer_for(language), chrf_word_order, tuple(names))
+    results = _scores(systems, ref_lines, opts, with_confidence, bootstrap)
+    _print(results, len(ref_lines[0]), opts.tokenize, as_json)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from mtcli.cli.common import console, import_torch
+from mtcli.cli.console import console
+from mtcli.device import import_torch
 from mtcli.errors import UserError
 
 
@@ -33,34 +34,39 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
     from mtcli.store.registry import find
 
     # each a directory, or a shipped model's name
-    checkpoints = [str(find(c, "CHECKPOINT")) for c in checkpoints]
+    paths = [find(c, "CHECKPOINT") for c in checkpoints]
     if fmt == "ctranslate2":
-        if len(checkpoints) > 1:
-            raise UserError(
-                "--format ctranslate2 converts one model; average first: mtcli export A B --out M"
-            )
-        from mtcli.store.ct2_export import export_ctranslate2
+        _export_ctranslate2(paths, Path(out), force)
+    else:
+        _export_mtcli(paths, Path(out), fp16, force)
 
-        export_ctranslate2(Path(checkpoints[0]), Path(out), force=force)
-        console.print(
-            f"wrote {out} (CTranslate2; translate with --engine ctranslate2 -m {out})", markup=False
+
+def _export_ctranslate2(paths: list[Path], out: Path, force: bool) -> None:
+    if len(paths) > 1:
+        raise UserError(
+            "--format ctranslate2 converts one model; average first: mtcli export A B --out M"
         )
-        return
+    from mtcli.store.ct2_export import export_ctranslate2
+
+    export_ctranslate2(paths[0], out, force=force)
+    console.print(
+        f"wrote {out} (CTranslate2; translate with --engine ctranslate2 -m {out})", markup=False
+    )
+
+
+def _export_mtcli(paths: list[Path], out: Path, fp16: bool, force: bool) -> None:
     from mtcli.store.model_dir import check_export_out, check_model_files
 
     # before torch: a wrong --out or a damaged checkpoint is one line at once (export_model
     # checks again, with the tensor shapes)
-    check_export_out([Path(c) for c in checkpoints], Path(out), force)
-    for checkpoint in checkpoints:
-        check_model_files(checkpoint)
+    check_export_out(paths, out, force)
+    for path in paths:
+        check_model_files(path)
     import_torch()
     import torch
 
     from mtcli.store.checkpoint import export_model
 
-    dtype = torch.float16 if fp16 else torch.float32
-    export_model([Path(c) for c in checkpoints], Path(out), dtype, force=force)
+    export_model(paths, out, torch.float16 if fp16 else torch.float32, force=force)
     precision = "fp16" if fp16 else "fp32"
-    console.print(
-        f"wrote {out} ({precision}, mean of {len(checkpoints)} checkpoint(s))", markup=False
-    )
+    console.print(f"wrote {out} ({precision}, mean of {len(paths)} checkpoint(s))", markup=False)

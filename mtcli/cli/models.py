@@ -31,14 +31,20 @@ def models_command(as_json: bool) -> None:
             }  # fmt: skip
             click.echo(json.dumps(record, ensure_ascii=False))
         return
+    out = Console(highlight=False)
+    if not out.is_terminal:  # a pipe or a file: whole cells, not a table squeezed to 80 columns
+        out = Console(highlight=False, width=240)
+    out.print(_table(found, parameters))
+    if not found:
+        folders = ", ".join(str(p) for p in search_path())
+        click.echo(f"(searched: {folders})", err=True)
+
+
+def _table(found: list[ModelInfo], parameters: dict) -> Table:
     table = Table(title=f"{len(found)} model(s)", title_justify="left")
     for column in ("name", "direction", "size", "parameters", "test BLEU", "test chrF", "path"):
-        table.add_column(
-            column,
-            justify="right"
-            if column in ("size", "parameters") or column.startswith("test")
-            else "left",
-        )
+        right = column in ("size", "parameters") or column.startswith("test")
+        table.add_column(column, justify="right" if right else "left")
     for m in found:
         count = parameters[m.name]
         table.add_row(
@@ -46,13 +52,7 @@ def models_command(as_json: bool) -> None:
             "damaged" if count is None else f"{count / 1e6:.2f}M",
             m.card.get("test_bleu", "-"), m.card.get("test_chrf", "-"), str(m.path),
         )  # fmt: skip
-    out = Console(highlight=False)
-    if not out.is_terminal:  # a pipe or a file: whole cells, not a table squeezed to 80 columns
-        out = Console(highlight=False, width=240)
-    out.print(table)
-    if not found:
-        folders = ", ".join(str(p) for p in search_path())
-        click.echo(f"(searched: {folders})", err=True)
+    return table
 
 
 def _parameters(model: ModelInfo) -> int | None:

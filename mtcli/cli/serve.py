@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import signal
 
 import click
 
-from mtcli.cli.common import (
-    FiniteRange,
-    build_decode_config,
-    check_models_early,
-    console,
-    decode_options,
-    engine_option,
-    runtime_device,
-)
+from mtcli.cli.console import console
+from mtcli.cli.options import FiniteRange, build_decode_config, decode_options, engine_option
 from mtcli.errors import UserError
 
 
@@ -120,40 +112,11 @@ def serve_command(
         import uvicorn
 
         from mtcli.serving import app as serve
+        from mtcli.serving.models import loader
     except ImportError as e:
         raise UserError(f"mtcli serve needs {e.name}: pip install 'mtcli[serve]'") from None
     sock = serve.listening_socket(host, port)  # before torch and the models: see its docstring
-    if engine == "ctranslate2":
-        from mtcli.engines.ct2 import MARKER, is_ct2_dir
-
-        if bad := [p for p in paths if not is_ct2_dir(p)]:
-            raise UserError(
-                f"{bad[0]}: not a CTranslate2 export of mtcli (`mtcli export --format ctranslate2`)"
-            )
-    else:
-        check_models_early(paths)
-        torch_device = runtime_device(device, threads)
-
-    def load() -> list[serve.Served]:
-        served = []
-        for path in paths:
-            if engine == "ctranslate2":
-                meta = json.loads((path / MARKER).read_text(encoding="utf-8"))
-                served.append(
-                    serve.ct2_served(path.name, path, meta["src_lang"], meta["tgt_lang"], threads)
-                )
-            else:
-                from mtcli.store.checkpoint import load_model
-
-                served.append(
-                    serve.mtcli_served(path.name, load_model(path, torch_device), torch_device)
-                )
-        console.print(
-            f"ready: {', '.join(f'{s.name} ({s.src_lang}->{s.tgt_lang})' for s in served)}",
-            markup=False,
-        )
-        return served
-
+    load = loader(paths, engine, device, threads, ready=lambda line: console.print(line, markup=False))  # fmt: skip
     cfg = serve.ServeConfig(
         batch_wait_ms=batch_wait_ms, batch_tokens=max_batch_tokens, max_chars=max_chars,
         max_lines=max_lines, max_body=max_body, queue_size=queue_size, api_key=api_key,
@@ -161,11 +124,13 @@ def serve_command(
     )  # fmt: skip
     app = serve.create_app(serve.Models(load), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
     console.print(f"serving on http://{host}:{port}  (web page /, API docs /docs)", markup=False)
+    _run(uvicorn, app, sock, shutdown_timeout)
+
+
+def _run(uvicorn, app, sock, shutdown_timeout: int) -> None:
+    """uvicorn on the bound socket until SIGTERM/SIGINT, which end it gracefully."""
     server = uvicorn.Server(
-        uvicorn.Config(
-            app, host=host, port=port, log_level="warning", access_log=False,
-            timeout_graceful_shutdown=shutdown_timeout,
-        )
+        uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=shutdown_timeout)
     )  # fmt: skip
     # uvicorn stops gracefully on SIGTERM/SIGINT, then raises the signal again to the handler
     # that was there before it: a quiet one, so a clean shutdown exits 0, not by the signal
@@ -173,4 +138,5 @@ def serve_command(
         signal.signal(sig, lambda *_: None)
     server.run(sockets=[sock])
     if not server.started:
+        host, port = sock.getsockname()[:2]
         raise UserError(f"the server on {host}:{port} did not start")

@@ -6,7 +6,9 @@ import sys
 
 import click
 
-from mtcli.cli.common import FiniteRange, NamedOutput, console
+from mtcli.cli.console import console
+from mtcli.cli.options import FiniteRange
+from mtcli.cli.streams import NamedOutput
 from mtcli.data.textio import read_lines
 from mtcli.data.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from mtcli.errors import UserError

@@ -11,10 +11,11 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from mtcli.cli.common import Layer, build_from_layers, console, import_torch, toml_layer
+from mtcli.cli.console import console
 from mtcli.config import TrainConfig
-from mtcli.device import limit_kernel_caches
+from mtcli.device import import_torch, limit_kernel_caches
 from mtcli.errors import UserError
+from mtcli.settings import Layer, build_from_layers, toml_layer
 from mtcli.training.reports import Message, Report, StepReport, ValidReport
 
 # flag name -> TrainConfig field ("model." for ModelConfig fields)
@@ -256,11 +257,11 @@ def train_command(config_path, resume, restart, force, **flags) -> None:
 
     with ProgressReporter() as reporter:
         result = train(cfg, reporter, resume=resume, restart=restart, force=force)
+    console.print(_summary(result), soft_wrap=True, markup=False)
+
+
+def _summary(result) -> str:
     best = "no validation"
     if result.best is not None:
         best = f"best validation BLEU {result.best[0]:.2f}, loss {-result.best[1]:.3f}"
-    console.print(
-        f"done at step {result.step}; {best}; checkpoints in {result.out}",
-        soft_wrap=True,
-        markup=False,
-    )
+    return f"done at step {result.step}; {best}; checkpoints in {result.out}"

@@ -12,25 +12,17 @@ import click
 from rich.cells import cell_len
 from rich.progress import MofNCompleteColumn, Progress
 
-from mtcli.cli.common import (
-    UTF8_TEXT,
-    NamedOutput,
-    build_decode_config,
-    check_models_early,
-    check_output_file,
-    chosen_model,
-    console,
-    decode_options,
-    engine_option,
-    runtime_device,
-    warn,
-)
+from mtcli.cli.console import console, warn
+from mtcli.cli.options import UTF8_TEXT, build_decode_config, decode_options, engine_option
+from mtcli.cli.streams import NamedOutput, check_output_file
 from mtcli.data.textio import read_chunks
-from mtcli.errors import UserError
+from mtcli.engines.build import EngineOptions, build_translator, chosen_model
+from mtcli.engines.result import translation_record
+from mtcli.engines.routing import chunks
 
 
 def format_result(t, fmt: str) -> str:
-    """One output line for a translate.Translation."""
+    """One output line for a Translation."""
     if fmt == "text":
         return t.text
     if fmt == "tsv":
@@ -38,19 +30,7 @@ def format_result(t, fmt: str) -> str:
         if t.alignment is not None:
             line += "\t" + " ".join(f"{s}-{g}" for s, g in t.alignment)
         return line
-    record = {
-        "source": t.source,
-        "translation": t.text,
-        "score": round(t.score, 4),
-        "nbest": [{"translation": s, "score": round(sc, 4)} for s, sc in t.nbest],
-    }
-    if t.passthrough:
-        record["passthrough"] = True  # no model translates this line: it is left as it was
-    if t.trace is not None:
-        record["trace"] = t.trace
-    if t.alignment is not None:
-        record["alignment"] = [list(pair) for pair in t.alignment]
-    return json.dumps(record, ensure_ascii=False)
+    return json.dumps(translation_record(t), ensure_ascii=False)
 
 
 def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
@@ -138,52 +118,16 @@ def translate_command(
     Without -m, each line goes to the installed model for its script: Chinese (Han
     characters) to zh->en, other text to en->zh; a line with no letters is left as it is.
     """
-    if align and fmt == "text":
-        raise click.BadParameter("--align needs --format tsv or jsonl", param_hint="--align")
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    if not sample and any(v is not None for v in sampling.values()):
-        raise click.UsageError("--temperature, --top-k, --top-p and --seed need --sample")
-    if trace and sample:
-        raise click.UsageError("--trace shows a search; it does not trace --sample")
-    if align and sample:
-        raise click.UsageError("--align reads a search's attention; it does not align --sample")
-    if glossary and (sample or trace or align):
-        raise click.UsageError(
-            "--glossary decodes with constrained beam search: not with --sample, --trace or --align"
-        )
+    _check_combinations(fmt, sample, sampling, trace, align, glossary)
     cfg = build_decode_config(sample=sample, **sampling, **decode)
-    check_output_file(
-        output_path, "--output", force, reading=None if text else input_file or sys.stdin
+    reading = None if text else input_file or sys.stdin
+    check_output_file(output_path, "--output", force, reading=reading)
+    options = EngineOptions(
+        engine, device, threads, quantize, align, trace, _glossary(glossary), _warner(quiet)
     )
-    terms = None
-    if glossary:
-        from mtcli.data.glossary import Glossary
-
-        terms = Glossary.load(glossary)
     paths = [chosen_model(m) for m in models] or [chosen_model(None, src_lang, tgt_lang)]
-    from mtcli.data.language import source_language
-    from mtcli.engines.routing import Router, chunks
-    from mtcli.store.registry import for_direction
-
-    say = (lambda m: None) if quiet else warn
-    if engine == "ctranslate2":  # neither torch nor mtcli's decoder is imported on this path
-        translator = _ct2_translator(paths, cfg, device, threads, quantize, glossary, trace, align, say)  # fmt: skip
-    else:
-        check_models_early(paths)
-        device = runtime_device(device, threads)
-
-        def load(paths):
-            return _load_translator(paths, cfg, device, quantize, align, trace, terms, say)
-
-        def for_language(language):
-            info = for_direction(language, None)
-            return load([info.path]) if info else None
-
-        translator = (
-            load(paths)
-            if paths[0] is not None
-            else Router(source_language, for_language, cfg.chunk_lines, say)
-        )
+    translator = build_translator(paths, cfg, options)
     lines = _input_lines(text, input_file, cfg.chunk_lines)
     with _output(output_path) as out, _progress(input_file, quiet) as advance:
         for chunk in chunks(lines, cfg.chunk_lines):
@@ -194,6 +138,34 @@ def translate_command(
                 if trace and fmt != "jsonl" and result.trace:
                     console.print(render_trace(result), markup=False, soft_wrap=True)
                 advance()
+
+
+def _check_combinations(fmt, sample, sampling, trace, align, glossary) -> None:
+    """Flags that cannot go together, refused before anything loads."""
+    if align and fmt == "text":
+        raise click.BadParameter("--align needs --format tsv or jsonl", param_hint="--align")
+    if not sample and any(v is not None for v in sampling.values()):
+        raise click.UsageError("--temperature, --top-k, --top-p and --seed need --sample")
+    if trace and sample:
+        raise click.UsageError("--trace shows a search; it does not trace --sample")
+    if align and sample:
+        raise click.UsageError("--align reads a search's attention; it does not align --sample")
+    if glossary and (sample or trace or align):
+        raise click.UsageError(
+            "--glossary decodes with constrained beam search: not with --sample, --trace or --align"
+        )
+
+
+def _glossary(path: str | None):
+    if not path:
+        return None
+    from mtcli.data.glossary import Glossary
+
+    return Glossary.load(path)
+
+
+def _warner(quiet: bool):
+    return (lambda message: None) if quiet else warn
 
 
 def _split_inputs(chunk: list[str], fmt: str, prefix: str | None):
@@ -218,44 +190,6 @@ def render_trace(result) -> str:
         for done in step["finished"]:
             out.append(f"            finished: {done['text']}  (score {done['score']:.3f})")
     return "\n".join(out)
-
-
-def _ct2_translator(paths, cfg, device, threads, quantize, glossary, trace, align, say):
-    """CTranslate2's translator for one exported model; what it cannot do is one line."""
-    from mtcli.engines.ct2 import CT2Translator
-
-    unsupported = {
-        "--glossary": glossary,
-        "--trace": trace,
-        "--align": align,
-        "an ensemble (-m twice)": len(paths) > 1,
-        "--device cuda": device == "cuda",
-    }
-    if wanted := [name for name, asked in unsupported.items() if asked]:
-        raise UserError(f"--engine ctranslate2 cannot do {', '.join(wanted)}")
-    if paths[0] is None:
-        raise UserError(
-            "--engine ctranslate2 needs -m DIR (a model exported with `mtcli export --format ctranslate2`)"
-        )
-    return CT2Translator(paths[0], cfg, threads=threads, quantize=quantize, warn=say)
-
-
-def _load_translator(paths, cfg, device, quantize: str, align: bool, trace: bool, terms, warn_once):  # fmt: skip
-    """A Translator for one model directory, or an ensemble of several."""
-    from mtcli.data.glossary import phrase_ids
-    from mtcli.engines.translator import Translator, quantize_int8
-    from mtcli.store.checkpoint import load_ensemble
-
-    loaded = load_ensemble(paths, device)
-    nets = [quantize_int8(m.model) if quantize == "int8" else m.model for m in loaded]
-    tokenizer, constraints = loaded[0].tokenizer, None
-    if terms is not None:
-        spaced = loaded[0].tgt_lang not in ("zh", "ja")  # a term starts a word only with spaces
-        constraints = lambda line: [phrase_ids(tokenizer, t, spaced) for t in terms.targets_for(line)]  # noqa: E731  # fmt: skip
-    return Translator(
-        nets, tokenizer, cfg, device=device, warn=warn_once, align=align, trace=trace,
-        constraints=constraints,
-    )  # fmt: skip
 
 
 @contextlib.contextmanager

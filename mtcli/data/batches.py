@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mtcli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtcli.config import BOS_ID, EOS_ID, PAD_ID
 from mtcli.errors import UserError
 
 

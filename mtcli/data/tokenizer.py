@@ -18,13 +18,12 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from mtcli.config import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
 from mtcli.data.textio import read_json, read_lines
 from mtcli.device import available_cpus
 from mtcli.errors import UserError
 from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
 META_FILE = "tokenizer.json"
 
 

@@ -21,15 +21,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from mtcli.config import BOS_ID, EOS_ID, PAD_ID
 from mtcli.model.kv_cache import AttentionRecord
 from mtcli.model.transformer import Seq2Seq
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = (
-    0,
-    1,
-    2,
-    3,
-)  # equal to tokenizer's; restated to keep this layer text-free
 NEG_INF = float("-inf")
 
 

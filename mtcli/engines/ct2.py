@@ -15,17 +15,29 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from mtcli.config import DecodeConfig
-from mtcli.data.tokenizer import SPECIAL_IDS
+from mtcli.config import SPECIAL_IDS, DecodeConfig
 from mtcli.device import available_cpus
-from mtcli.engines.routing import Translation
+from mtcli.engines.result import Translation
+from mtcli.engines.routing import Truncator
 from mtcli.errors import UserError
 
 MARKER = "mtcli.json"
 
 
-def is_ct2_dir(path: Path) -> bool:
-    return (path / MARKER).is_file() and (path / "model.bin").is_file()
+def check_ct2_dir(path: Path) -> dict:
+    """What mtcli wrote beside a CTranslate2 export (languages, positions); a directory that
+    is not one is one line, for every caller (translate, eval, serve)."""
+    if not ((path / MARKER).is_file() and (path / "model.bin").is_file()):
+        raise UserError(
+            f"{path}: not a CTranslate2 export of mtcli (make one with `mtcli export --format ctranslate2`)"
+        )
+    return json.loads((path / MARKER).read_text(encoding="utf-8"))
+
+
+def ct2_languages(path: Path) -> tuple[str, str]:
+    """(source, target) language of an export."""
+    meta = check_ct2_dir(path)
+    return meta["src_lang"], meta["tgt_lang"]
 
 
 class CT2Translator:
@@ -47,16 +59,13 @@ class CT2Translator:
             raise UserError(
                 f"--engine ctranslate2 needs {e.name}: pip install 'mtcli[ct2]'"
             ) from None
-        if not is_ct2_dir(path):
-            raise UserError(
-                f"{path}: not a CTranslate2 export of mtcli (make one with `mtcli export --format ctranslate2`)"
-            )
-        meta = json.loads((path / MARKER).read_text(encoding="utf-8"))
+        meta = check_ct2_dir(path)
         tok = json.loads((path / "tokenizer.json").read_text(encoding="utf-8"))
         self.src = spm.SentencePieceProcessor(model_file=str(path / tok["src_model"]))
         self.tgt = spm.SentencePieceProcessor(model_file=str(path / tok["tgt_model"]))
         self.max_src_tokens = int(meta["max_positions"]) - 1
         self.cfg, self.warn = cfg, warn
+        self.truncate = Truncator(self.max_src_tokens, warn)
         threads = threads or available_cpus()
         compute = "int8" if quantize == "int8" else "float32"
         self.translator = ctranslate2.Translator(
@@ -64,19 +73,9 @@ class CT2Translator:
         )
         if cfg.sample:
             ctranslate2.set_random_seed(cfg.seed)
-        self._warned = False
 
     def _source(self, line: str) -> list[str]:
-        pieces = self.src.encode(line, out_type=str)
-        if len(pieces) > self.max_src_tokens:
-            pieces = pieces[: self.max_src_tokens]
-            if not self._warned:
-                self.warn(
-                    f"an input line has more than {self.max_src_tokens} tokens; "
-                    "long lines are truncated to the model's max positions"
-                )
-                self._warned = True
-        return pieces + ["</s>"]
+        return self.truncate(self.src.encode(line, out_type=str))[0] + ["</s>"]
 
     def translate_chunk(
         self, lines: list[str], prefixes: list[str | None] | None = None

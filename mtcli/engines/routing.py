@@ -1,49 +1,15 @@
-"""What a translation is, and how lines stream through any translator: in chunks, in order,
-each line to the translator for its language. Imports no torch, so an engine that needs none
-(CTranslate2, ct2_engine.py) starts fast; translate.py holds mtcli's own Translator.
+"""How lines stream through any translator: in chunks, in order, each line to the translator
+for its language (`route`, shared by the command line's Router and the server). Imports no
+torch, so an engine that needs none (CTranslate2, engines/ct2.py) starts fast.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from mtcli.decoding.search import AttentionTrace
-
-
-@dataclass
-class AttentionMaps:
-    """Every attention that produced the best hypothesis, and the pieces it is over.
-
-    source: source pieces + </s> (S); target: output pieces + </s> (T); trace: encoder
-    (L, H, S, S), encoder-decoder (L, H, T, S) and decoder (L, H, T, T) attention.
-    """
-
-    source: list[str]
-    target: list[str]
-    trace: AttentionTrace
-
-    def cross_mean(self) -> Any:
-        """(T, S): the last decoder layer's encoder-decoder attention, averaged over heads."""
-        return self.trace.cross[-1].mean(dim=0)
-
-
-@dataclass
-class Translation:
-    """One input line's result; `nbest` holds (text, score) pairs, best first."""
-
-    source: str
-    text: str
-    score: float
-    nbest: list[tuple[str, float]] = field(default_factory=list)
-    truncated: bool = False
-    alignment: list[tuple[int, int]] | None = None  # (source word, target word), with --align
-    passthrough: bool = False  # no model translates this line (no letters): it is left as is
-    attention: AttentionMaps | None = None  # with align=True
-    trace: list[dict] | None = None  # with trace=True: every step of the search (JSON-ready)
+from mtcli.engines.result import Translation
 
 
 class ChunkTranslator(Protocol):
@@ -80,6 +46,27 @@ def stream(
         yield from translate_chunk(chunk)
 
 
+def route(
+    lines: list[str], choose: Callable[[str], Hashable | None]
+) -> tuple[list[Translation | None], dict[Hashable, list[int]]]:
+    """Which lines go where: `choose(line)` names the translator for a line (None: no model
+    translates it). Returns the results known without translating (an empty line stays empty;
+    a line no model translates passes through as it was) with None where a translation is
+    due, and the row numbers of those lines grouped by what `choose` named, in input order."""
+    results: list[Translation | None] = []
+    groups: dict[Hashable, list[int]] = {}
+    for i, line in enumerate(lines):
+        target = choose(line) if line.strip() else None
+        if not line.strip():
+            results.append(Translation(line, "", 0.0))
+        elif target is None:
+            results.append(Translation(line, line, 0.0, passthrough=True))
+        else:
+            results.append(None)
+            groups.setdefault(target, []).append(i)
+    return results, groups
+
+
 class Router:
     """Each line to the translator for its source language, in one pass that keeps order.
 
@@ -103,21 +90,17 @@ class Router:
     def translate_chunk(
         self, lines: list[str], prefixes: list[str | None] | None = None
     ) -> list[Translation]:
-        results = [Translation(line, line, 0.0, passthrough=True) for line in lines]
-        groups: dict[str, list[int]] = {}
-        for i, line in enumerate(lines):
-            if not line.strip():
-                results[i] = Translation(line, "", 0.0)
-            elif (language := self.language_of(line)) is not None:
-                groups.setdefault(language, []).append(i)
-        for language, rows in groups.items():
-            translator = self._translator(language)
-            if translator is not None:
-                wanted = [prefixes[i] for i in rows] if prefixes else None
-                translated = translator.translate_chunk([lines[i] for i in rows], wanted)
-                for i, result in zip(rows, translated, strict=True):
-                    results[i] = result
+        results, groups = route(lines, self._translator_of_line)
+        for translator, rows in groups.items():
+            wanted = [prefixes[i] for i in rows] if prefixes else None
+            translated = translator.translate_chunk([lines[i] for i in rows], wanted)
+            for i, result in zip(rows, translated, strict=True):
+                results[i] = result
         return results
+
+    def _translator_of_line(self, line: str) -> ChunkTranslator | None:
+        language = self.language_of(line)
+        return None if language is None else self._translator(language)
 
     def _translator(self, language: str) -> ChunkTranslator | None:
         if language not in self._translators:
@@ -128,3 +111,23 @@ class Router:
 
     def translate_stream(self, lines: Iterable[str] | Iterable[list[str]]) -> Iterator[Translation]:
         return stream(self.translate_chunk, lines, self.chunk_lines)
+
+
+class Truncator:
+    """Cuts a line's source tokens to what the model's positions hold, and says so once (every
+    engine cuts the same way: the source and the output share the position table)."""
+
+    def __init__(self, limit: int, warn: Callable[[str], None]):
+        self.limit, self.warn, self.warned = limit, warn, False
+
+    def __call__(self, tokens: list) -> tuple[list, bool]:
+        """The tokens, cut to the limit, and whether they were cut."""
+        if len(tokens) <= self.limit:
+            return tokens, False
+        if not self.warned:
+            self.warn(
+                f"an input line has more than {self.limit} tokens; "
+                "long lines are truncated to the model's max positions"
+            )
+            self.warned = True
+        return tokens[: self.limit], True

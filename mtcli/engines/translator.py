@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from mtcli.config import DecodeConfig
+from mtcli.config import EOS_ID, PAD_ID, DecodeConfig
 from mtcli.data.batches import pad, padding_mask
-from mtcli.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from mtcli.data.tokenizer import Tokenizer
 from mtcli.decoding.alignment import align_words
 from mtcli.decoding.constraints import constrained_beam_search
 from mtcli.decoding.search import (
@@ -28,7 +28,8 @@ from mtcli.decoding.search import (
     output_limit,
     sample,
 )
-from mtcli.engines.routing import AttentionMaps, Translation, stream
+from mtcli.engines.result import AttentionMaps, Translation
+from mtcli.engines.routing import Truncator, stream
 from mtcli.model.transformer import Seq2Seq
 
 
@@ -87,9 +88,8 @@ class Translator:
         self.trace = trace  # record every step of the search (Translation.trace)
         self.device = torch.device(device)
         self.warn = warn
-        self._warned_truncation = False
         # the source and the output share the position table; keep room for the output
-        self.max_src_tokens = output_limit(self.models)
+        self.truncate = Truncator(output_limit(self.models), warn)
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
 
     @property
@@ -98,16 +98,7 @@ class Translator:
 
     def encode(self, line: str) -> tuple[list[int], bool]:
         """Source ids ending in EOS, cut to the model's positions; and whether it was cut."""
-        ids = self.tokenizer.encode_src(line)
-        truncated = len(ids) > self.max_src_tokens
-        if truncated:
-            ids = ids[: self.max_src_tokens]
-            if not self._warned_truncation:
-                self.warn(
-                    f"an input line has more than {self.max_src_tokens} tokens; "
-                    "long lines are truncated to the model's max positions"
-                )
-                self._warned_truncation = True
+        ids, truncated = self.truncate(self.tokenizer.encode_src(line))
         return ids + [EOS_ID], truncated
 
     def search(

@@ -17,11 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mtcli.config import ModelConfig
+from mtcli.config import PAD_ID, ModelConfig
 from mtcli.model.kv_cache import AttentionRecord, KVCache
 from mtcli.model.linear import Linear
-
-PAD_ID = 0  # must equal tokenizer.PAD_ID; restated so the model needs no tokenizer import
 
 
 class Dropout(nn.Module):

@@ -7,15 +7,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from mtcli.config import DecodeConfig
+from mtcli.config import PAD_ID, DecodeConfig
 from mtcli.data.batches import Corpus, collate, epoch_batches
-from mtcli.data.tokenizer import PAD_ID, Tokenizer
-from mtcli.engines.translator import Translator
+from mtcli.data.tokenizer import Tokenizer
+from mtcli.engines.build import EngineOptions, build_translator
 from mtcli.model.transformer import Seq2Seq
+from mtcli.store.checkpoint import LoadedModel
 from mtcli.training.metrics import bleu, bleu_tokenizer_for
 from mtcli.training.reports import Report, ValidReport
 
@@ -69,7 +71,9 @@ def validate_bleu(
 ) -> float:
     """BLEU of greedy translations of the first validation lines."""
     model.eval()
-    translator = Translator(model, tokenizer, DecodeConfig(beam_size=1), device=device)
+    loaded = LoadedModel(model, tokenizer, {}, Path())
+    options = EngineOptions(device=device)
+    translator = build_translator([loaded], DecodeConfig(beam_size=1), options)
     hyps = [t.text for t in translator.translate_chunk(sources)]
     model.train()
     return bleu(hyps, refs, tokenize=bleu_tokenizer_for(tgt_lang))

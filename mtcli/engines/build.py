@@ -1,0 +1,184 @@
+"""The one place a translator is made, for every command, the server and validation.
+
+`build_translator(models, cfg, options)` takes model directories (several: an ensemble), models
+already loaded (validation's, the server's), or [None] (each line to the installed model for its
+language), the engine, the decode settings, int8, alignments, tracing and a glossary, and returns
+an object with `translate_chunk(lines, prefixes)`. What an engine cannot do is refused here, in
+one line, before anything loads. Also here: which installed model a command uses, and setting up
+the process to decode (torch's threads, the allocator, oneDNN's caches).
+
+Imports no torch at module level: the CTranslate2 engine never needs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mtcli.config import DecodeConfig
+from mtcli.data.glossary import Glossary, phrase_ids
+from mtcli.data.language import majority_language, source_language
+from mtcli.engines.routing import ChunkTranslator, Router
+from mtcli.errors import UserError
+from mtcli.store import registry
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+@dataclass
+class EngineOptions:
+    """How to translate, beyond the models and the decode settings (defaults: mtcli's engine)."""
+
+    engine: str = (
+        "mtcli"  # or "ctranslate2": a model exported with `mtcli export --format ctranslate2`
+    )
+    device: str | torch.device = "auto"  # auto | cpu | cuda; loaded models: the one they are on
+    threads: int = 0  # CPU threads (0 = all available)
+    quantize: str = "none"  # int8: dynamic quantization of the Linear layers
+    align: bool = False  # word alignments (and attention maps) from cross-attention
+    trace: bool = False  # record every step of the search
+    glossary: Glossary | None = None  # terms each translation must contain
+    warn: Callable[[str], None] = _quiet  # one-line warnings (truncation, pass-through)
+
+
+def build_translator(
+    models: list, cfg: DecodeConfig, options: EngineOptions | None = None
+) -> ChunkTranslator:
+    """A translator for `models` (see the module's docstring) under `cfg`."""
+    options = options or EngineOptions()
+    if options.engine == "ctranslate2":
+        return _ct2_translator(models, cfg, options)
+    device = options.device
+    if any(m is None or isinstance(m, Path) for m in models):  # loaded here, on a device set up now
+        check_models_early(models)
+        device = prepare_decoding(options.device, options.threads)
+    if models[0] is None:
+        return _router(cfg, options, device)
+    return _own_translator(models, cfg, options, device)
+
+
+def _router(cfg: DecodeConfig, options: EngineOptions, device: torch.device) -> Router:
+    """Each line to the installed model for its language, loaded when a line first needs it."""
+
+    def for_language(language: str):
+        info = registry.for_direction(language, None)
+        return _own_translator([info.path], cfg, options, device) if info else None
+
+    return Router(source_language, for_language, cfg.chunk_lines, options.warn)
+
+
+def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, device):
+    """mtcli's Translator over one model or an ensemble (loaded here when given as paths)."""
+    from mtcli.engines.translator import Translator, quantize_int8
+    from mtcli.store.checkpoint import load_ensemble
+
+    loaded = load_ensemble(models, device) if isinstance(models[0], Path) else list(models)
+    nets = [quantize_int8(m.model) if options.quantize == "int8" else m.model for m in loaded]
+    tokenizer = loaded[0].tokenizer
+    return Translator(
+        nets, tokenizer, cfg, device=device, warn=options.warn, align=options.align,
+        trace=options.trace, constraints=_constraints(options.glossary, loaded[0]),
+    )  # fmt: skip
+
+
+def _constraints(glossary: Glossary | None, loaded) -> Callable[[str], list[list[int]]] | None:
+    """A line -> the token-id phrases of the glossary terms its translation must contain."""
+    if glossary is None:
+        return None
+    spaced = loaded.tgt_lang not in ("zh", "ja")  # a term starts a word only with spaces
+    tokenizer = loaded.tokenizer
+    return lambda line: [phrase_ids(tokenizer, t, spaced) for t in glossary.targets_for(line)]
+
+
+CT2_CANNOT = {  # what CTranslate2's engine cannot do, as the user asked for it
+    "--glossary": lambda models, o: o.glossary is not None,
+    "--trace": lambda models, o: o.trace,
+    "--align": lambda models, o: o.align,
+    "an ensemble (-m twice)": lambda models, o: len(models) > 1,
+    "--device cuda": lambda models, o: o.device == "cuda",
+}
+
+
+def _ct2_translator(models: list, cfg: DecodeConfig, options: EngineOptions) -> ChunkTranslator:
+    """CTranslate2's translator for one exported model; what it cannot do is one line."""
+    from mtcli.engines.ct2 import CT2Translator
+
+    if wanted := [name for name, asked in CT2_CANNOT.items() if asked(models, options)]:
+        raise UserError(f"--engine ctranslate2 cannot do {', '.join(wanted)}")
+    if models[0] is None:
+        raise UserError(
+            "--engine ctranslate2 needs -m DIR (a model exported with `mtcli export --format ctranslate2`)"
+        )
+    return CT2Translator(
+        Path(models[0]), cfg, threads=options.threads, quantize=options.quantize, warn=options.warn
+    )
+
+
+# ---------------------------------------------------------------- which model
+def chosen_model(model: str | None, src: str | None = None, tgt: str | None = None) -> Path | None:
+    """The one model a command uses: -m NAME|DIR, else $MTCLI_MODEL, else the installed model
+    for --from/--to. None when nothing names one: then the script of each line decides."""
+    if model:
+        return registry.find(model, "-m")
+    if env := os.environ.get("MTCLI_MODEL"):
+        return registry.find(env, "$MTCLI_MODEL")
+    if src or tgt:
+        info = registry.for_direction(src, tgt)
+        if info is None:
+            wanted = f"{src or '*'}->{tgt or '*'}"
+            raise UserError(f"no installed model translates {wanted} (`mtcli models` lists them)")
+        return info.path
+    return None
+
+
+def model_for_text(model: str | None, lines: list[str]) -> Path:
+    """chosen_model, else the installed model for the language most of `lines` are in."""
+    if (path := chosen_model(model)) is not None:
+        return path
+    language = majority_language(map(source_language, lines))[0] or "en"
+    info = registry.for_direction(language, None)
+    if info is None:
+        raise UserError(
+            f"no installed model translates from {language} (`mtcli models` lists them)"
+        )
+    return info.path
+
+
+# ---------------------------------------------------------------- the process
+def check_models_early(paths: list) -> None:
+    """Each model directory's files, checked before torch is imported (see mtcli.store.model_dir):
+    a damaged one is one line at once rather than after torch's second of start-up. Loading
+    checks them again, with the tensor shapes; None (a model chosen per line) is skipped."""
+    from mtcli.store.model_dir import check_model_files
+
+    for path in paths:
+        if isinstance(path, Path):
+            check_model_files(path)
+
+
+def prepare_decoding(device: str, threads: int) -> torch.device:
+    """The torch device to decode on; on CPU, torch gets `threads` (0 = all available cores)
+    and freed memory is kept for the next step's tensors (see mtcli.device)."""
+    from mtcli.device import (
+        import_torch,
+        keep_freed_memory,
+        limit_kernel_caches,
+        pick_device,
+        use_cores,
+    )
+
+    limit_kernel_caches()  # before torch: oneDNN reads it when it first runs
+    import_torch()
+    chosen = pick_device(device)
+    if chosen.type == "cpu":
+        use_cores(threads)
+        keep_freed_memory()
+    return chosen

@@ -1,0 +1,63 @@
+"""What a translation is, and the one way it is written as a JSON record (`mtcli translate
+--format jsonl` and the server's /v1/translate). Imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mtcli.decoding.search import AttentionTrace
+
+
+@dataclass
+class AttentionMaps:
+    """Every attention that produced the best hypothesis, and the pieces it is over.
+
+    source: source pieces + </s> (S); target: output pieces + </s> (T); trace: encoder
+    (L, H, S, S), encoder-decoder (L, H, T, S) and decoder (L, H, T, T) attention.
+    """
+
+    source: list[str]
+    target: list[str]
+    trace: AttentionTrace
+
+    def cross_mean(self) -> Any:
+        """(T, S): the last decoder layer's encoder-decoder attention, averaged over heads."""
+        return self.trace.cross[-1].mean(dim=0)
+
+
+@dataclass
+class Translation:
+    """One input line's result; `nbest` holds (text, score) pairs, best first."""
+
+    source: str
+    text: str
+    score: float
+    nbest: list[tuple[str, float]] = field(default_factory=list)
+    truncated: bool = False
+    alignment: list[tuple[int, int]] | None = None  # (source word, target word), with --align
+    passthrough: bool = False  # no model translates this line (no letters): it is left as is
+    attention: AttentionMaps | None = None  # with align=True
+    trace: list[dict] | None = None  # with trace=True: every step of the search (JSON-ready)
+
+
+def translation_record(t: Translation, *, alignment: bool = True, attention: bool = False) -> dict:
+    """A Translation as JSON-ready fields: the text, its score and n-best list, and what was
+    recorded (a trace, word alignments; the attention matrix when asked)."""
+    record: dict = {"source": t.source, "translation": t.text, "score": round(t.score, 4)}
+    record["nbest"] = [{"translation": s, "score": round(sc, 4)} for s, sc in t.nbest]
+    if t.passthrough:
+        record["passthrough"] = True  # no model translates this line: it is left as it was
+    if t.trace is not None:
+        record["trace"] = t.trace
+    if alignment and t.alignment is not None:
+        record["alignment"] = [list(pair) for pair in t.alignment]
+    if attention and t.attention is not None:
+        record["attention"] = {
+            "source_tokens": t.attention.source,
+            "target_tokens": t.attention.target,
+            "weights": [[round(float(w), 4) for w in row] for row in t.attention.cross_mean()],
+        }
+    return record

@@ -1,0 +1,161 @@
+"""The models a server holds: loaded once, in the background (so /health can say when), each
+with its direction, how to make a translator of it for given settings (through
+engines.build_translator), and how to count a line's tokens for the batch budget.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtcli.config import DecodeConfig
+from mtcli.data.language import source_language
+from mtcli.engines.build import EngineOptions, build_translator
+from mtcli.engines.result import Translation
+from mtcli.serving.requests import ApiError
+
+LANGUAGE_NAMES = {"en": "English", "zh": "Chinese", "de": "German", "fr": "French"}
+
+
+@dataclass
+class Served:
+    """One loaded model, the direction it translates, and how to make a translator of it
+    for given settings (mtcli's Translator, or CTranslate2's for an exported model)."""
+
+    name: str
+    src_lang: str
+    tgt_lang: str
+    make_translator: Callable[[DecodeConfig, bool], object]  # (settings, align) -> translator
+    count_tokens: Callable[[str], int]  # source tokens of a line, for the batch budget
+
+
+class Models:
+    """The models of this server, loaded once, in the background (so /health can say when)."""
+
+    def __init__(self, load: Callable[[], list[Served]]):
+        self.served, self.error = [], None
+        self.ready = threading.Event()
+        self._translators: dict[tuple, object] = {}  # a translator per (model, settings)
+        threading.Thread(target=self._load, args=(load,), daemon=True).start()
+
+    def _load(self, load) -> None:
+        try:
+            self.served = load()
+        except Exception as e:  # reported by /health and every request
+            self.error = str(e)
+        self.ready.set()
+
+    def check_ready(self) -> None:
+        if self.error:
+            raise ApiError(500, f"models failed to load: {self.error}")
+        if not self.ready.is_set():
+            raise ApiError(503, "models are still loading", {"Retry-After": "1"})
+
+    def languages(self) -> list[dict]:
+        """LibreTranslate's /languages: each source language and the targets it reaches."""
+        targets: dict[str, list[str]] = {}
+        for s in self.served:
+            targets.setdefault(s.src_lang, []).append(s.tgt_lang)
+        return [
+            {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(to)}
+            for code, to in sorted(targets.items())
+        ]
+
+    def for_pair(self, source: str, target: str | None) -> Served:
+        for s in self.served:
+            if s.src_lang == source and (target is None or s.tgt_lang == target):
+                return s
+        pairs = ", ".join(f"{s.src_lang}->{s.tgt_lang}" for s in self.served)
+        raise ApiError(400, f"no model translates {source}->{target or '*'} (served: {pairs})")
+
+    def by_name(self, name: str) -> Served:
+        for s in self.served:
+            if s.name == name:
+                return s
+        raise ApiError(400, f"no model named {name!r} (served: {', '.join(s.name for s in self.served)})")  # fmt: skip
+
+    def translate(self, key: tuple, lines: list[str]) -> list[Translation]:
+        """Decode `lines` with the translator `key` names (called by the batch worker)."""
+        if key not in self._translators:
+            name, settings, align = key
+            self._translators[key] = self.by_name(name).make_translator(DecodeConfig(*settings), align)  # fmt: skip
+        return self._translators[key].translate_chunk(lines)
+
+    def picker(self, source: str, target: str | None, model: str | None = None):
+        """How each line finds its model: by name, by the pair, or by its script (auto)."""
+        if model:
+            served = self.by_name(model)
+            return lambda line: served
+        if source != "auto":
+            served = self.for_pair(source, target)
+            return lambda line: served
+
+        def by_script(line: str):
+            language = source_language(line)
+            return self.for_pair(language, target) if language else None
+
+        return by_script
+
+
+def mtcli_served(name: str, loaded, device) -> Served:
+    """A model of mtcli's own, decoded by its Translator."""
+
+    def make(cfg: DecodeConfig, align: bool):
+        return build_translator([loaded], cfg, EngineOptions(device=device, align=align))
+
+    return Served(
+        name,
+        loaded.src_lang,
+        loaded.tgt_lang,
+        make,
+        lambda line: len(loaded.tokenizer.encode_src(line)),
+    )
+
+
+def ct2_served(path: Path, threads: int) -> Served:
+    """A CTranslate2 export, decoded by CTranslate2 (no alignments or attention there)."""
+    from mtcli.engines.ct2 import ct2_languages
+
+    options = EngineOptions(engine="ctranslate2", threads=threads)
+    probe = build_translator([path], DecodeConfig(), options)
+
+    def make(cfg: DecodeConfig, align: bool):
+        if align:
+            raise ApiError(400, "the CTranslate2 engine gives no alignments or attention")
+        return build_translator([path], cfg, options)
+
+    src_lang, tgt_lang = ct2_languages(path)
+    return Served(path.name, src_lang, tgt_lang, make, lambda line: len(probe.src.encode(line)))
+
+
+def loader(
+    paths: list[Path], engine: str, device: str, threads: int, ready: Callable[[str], None]
+) -> Callable[[], list[Served]]:
+    """Checks the model directories now (one line for a bad one, before torch) and returns
+    what loads them, in the background of a starting server; `ready` hears when it is done."""
+    if engine == "ctranslate2":
+        from mtcli.engines.ct2 import check_ct2_dir
+
+        for path in paths:
+            check_ct2_dir(path)
+    else:
+        from mtcli.engines.build import check_models_early, prepare_decoding
+
+        check_models_early(paths)
+        torch_device = prepare_decoding(device, threads)
+
+    def load() -> list[Served]:
+        if engine == "ctranslate2":
+            served = [ct2_served(path, threads) for path in paths]
+        else:
+            from mtcli.store.checkpoint import load_model
+
+            served = [
+                mtcli_served(p.name, load_model(p, torch_device), torch_device) for p in paths
+            ]
+        ready(f"ready: {', '.join(f'{s.name} ({s.src_lang}->{s.tgt_lang})' for s in served)}")
+        return served
+
+    return load

@@ -1,0 +1,191 @@
+"""What a request to `mtcli serve` may be, checked before anything is translated: the server's
+limits, its errors, mtcli's own /v1 schema, bodies read with a bound, LibreTranslate's fields,
+and the decode settings a request may choose.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from dataclasses import dataclass, field, replace
+
+from fastapi import Request
+from pydantic import BaseModel, Field, ValidationError
+
+from mtcli.config import ConfigError, DecodeConfig
+from mtcli.data.textio import invalid_utf8_at
+
+
+@dataclass
+class ServeConfig:
+    """Limits and batching of the server (the flags of `mtcli serve`)."""
+
+    batch_wait_ms: float = 5.0  # how long the worker waits for more requests to join a batch
+    batch_tokens: int = 4000  # source tokens gathered into one batch at most
+    max_chars: int = 1000  # characters in one line
+    max_lines: int = 64  # lines in one request (each q item may hold several)
+    max_body: int = 256 * 1024  # bytes in one request body
+    queue_size: int = 64  # requests waiting for the worker; beyond, 503 with Retry-After
+    api_key: str = ""  # when set, every translate request must carry it
+    decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults a request may override
+
+
+class ApiError(Exception):
+    """A request mistake (4xx) or a busy server (503), shown as {"error": message}."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+class V1Request(BaseModel):
+    """POST /v1/translate."""
+
+    lines: list[str] = Field(description="Lines to translate, one translation per line.")
+    source: str = Field("auto", description="Source language; auto: by the script of each line.")
+    target: str | None = Field(None, description="Target language (default: any model's).")
+    model: str | None = Field(None, description="A model by name; overrides source/target.")
+    beam_size: int | None = Field(None, ge=1, le=32, description="1 = greedy.")
+    nbest: int | None = Field(None, ge=1, le=32, description="Hypotheses per line (<= beam).")
+    length_penalty: float | None = Field(
+        None, ge=0, le=10, allow_inf_nan=False, description="GNMT alpha."
+    )
+    align: bool = Field(False, description="Word alignments from cross-attention.")
+    attention: bool = Field(False, description="The cross-attention matrix of each translation.")
+    api_key: str | None = None
+
+
+class V1Hypothesis(BaseModel):
+    translation: str
+    score: float
+
+
+class V1Attention(BaseModel):
+    source_tokens: list[str]
+    target_tokens: list[str]
+    weights: list[list[float]] = Field(description="Rows: target tokens; columns: source tokens.")
+
+
+class V1Translation(BaseModel):
+    source: str
+    translation: str
+    score: float
+    model: str | None = Field(description="The model that translated it (None: passed through).")
+    nbest: list[V1Hypothesis]
+    alignment: list[list[int]] | None = None
+    attention: V1Attention | None = None
+
+
+class V1Response(BaseModel):
+    translations: list[V1Translation]
+
+
+def parse_v1(body: bytes) -> V1Request:
+    try:
+        return V1Request.model_validate_json(body or b"{}")
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        raise ApiError(400, f"{where}: {err['msg']}") from None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it passes `limit`: memory stays bounded."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"request body of {declared} bytes; at most {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"request body over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_fields(request: Request, limit: int) -> dict:
+    """A JSON object or a form (urlencoded or multipart) as a dict of fields."""
+    body = await read_body(request, limit)
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/x-www-form-urlencoded":
+        form = urllib.parse.parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+        return {k: v if len(v) > 1 else v[0] for k, v in form.items()}
+    if kind == "multipart/form-data":
+
+        async def replay():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        form = await Request(request.scope, replay).form()
+        return {k: (vs if len(vs := form.getlist(k)) > 1 else vs[0]) for k in form}
+    try:
+        data = json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return data
+
+
+@dataclass
+class LibreRequest:
+    """LibreTranslate's /translate fields, checked: each q item split into its lines."""
+
+    items: list[list[str]]  # the lines of each q item (a q item may hold several)
+    one: bool  # q was a string, not a list: so is the answer
+    source: str  # a language code, or "auto": each line by its script
+    target: str
+    alternatives: int  # extra hypotheses wanted per item
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for item in self.items for line in item]
+
+
+def parse_libre(fields: dict) -> LibreRequest:
+    q = fields.get("q")
+    if q is None:
+        raise ApiError(400, "invalid request: missing q parameter")
+    if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+        raise ApiError(400, "invalid request: q must be a string or a list of strings")
+    target = fields.get("target")
+    if not isinstance(target, str) or not target:
+        raise ApiError(400, "invalid request: missing target parameter")
+    if fields.get("format", "text") != "text":
+        raise ApiError(400, f"format {fields.get('format')!r} is not supported; use text")
+    try:
+        alternatives = int(fields.get("alternatives") or 0)
+    except (TypeError, ValueError):
+        raise ApiError(400, "invalid request: alternatives must be a number") from None
+    items = [q] if isinstance(q, str) else q
+    split = [item.split("\n") for item in items]
+    return LibreRequest(
+        split, isinstance(q, str), fields.get("source") or "auto", target, alternatives
+    )
+
+
+def check_lines(lines: list[str], cfg: ServeConfig) -> None:
+    """A request's lines within the server's limits, each valid Unicode."""
+    if len(lines) > cfg.max_lines:
+        raise ApiError(413, f"{len(lines)} lines in one request; at most {cfg.max_lines}")
+    for i, line in enumerate(lines):
+        if len(line) > cfg.max_chars:
+            raise ApiError(413, f"line {i + 1} has {len(line)} characters; at most {cfg.max_chars}")  # fmt: skip
+        if (at := invalid_utf8_at(line)) is not None:  # JSON can escape a lone surrogate
+            raise ApiError(400, f"line {i + 1} is not valid Unicode (byte {at + 1})")
+
+
+def request_decode(
+    defaults: DecodeConfig, beam_size=None, nbest=None, length_penalty=None
+) -> DecodeConfig:
+    """The server's decode settings with what a request chose; config.py's rules judge them
+    (nbest above the beam among them), as they judge the command line's flags."""
+    alpha = defaults.length_penalty if length_penalty is None else length_penalty
+    try:
+        return replace(
+            defaults,
+            beam_size=beam_size or defaults.beam_size,
+            nbest=nbest or 1,
+            length_penalty=alpha,
+        )
+    except ConfigError as e:
+        raise ApiError(400, f"{e.key} {e.value}: {e.why}") from None

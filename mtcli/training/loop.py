@@ -5,8 +5,9 @@ model and tokenizer, data, optimizer, restored state), then loops: lr from the s
 forward, loss, backward, clip, step; every N steps log, validate and checkpoint. The pieces
 it leans on each have a name and a place: the process group (distributed.py), the run
 directory with its lock and checkpoint placement (run_dir.py), how a run starts or continues
-(run_start.py), validation (validation.py), and below: the precision policy, the stop flag,
-the checkpoint policy and the trainer state a checkpoint holds.
+(start.py), validation (validation.py), and here: the precision policy, the stop flag, the
+Trainer (the run's working state, whose methods are the loop's steps), the checkpoint policy
+and the trainer state a checkpoint holds.
 
 Every checkpoint is resumable (it holds the trainer state), and a run resumed from any of
 them continues bit for bit as if it had never stopped (CPU, fp32). Reports go to a callback;
@@ -24,12 +25,14 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from mtcli.config import TrainConfig, to_dict
 from mtcli.data.batches import Corpus, collate, epoch_batches
 from mtcli.data.parallel_text import read_corpus
+from mtcli.data.tokenizer import Tokenizer
 from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted
 from mtcli.store.checkpoint import SaveRequest, check_model_dir, write_model_dir
@@ -183,9 +186,34 @@ def _train(
     cfg: TrainConfig, report, resume: str | None, restart: bool, group: ProcessGroup, run: RunDir
 ) -> TrainResult:
     say = report if group.is_main else (lambda r: None)
-    device, precision = group.device, Precision(group.device, cfg.precision)
+    trainer, train_set, checkpoint = _set_up(cfg, say, resume, restart, group, run)
+    if spent := _budget_spent(cfg, trainer.pos, bad_valids=0):
+        say(Message(f"nothing to do: {checkpoint} is at step {trainer.pos.step}, and {spent}"))
+        return trainer.result
+    if group.world > 1:
+        ids = [group.device.index] if group.device.type == "cuda" else None
+        trainer.net = torch.nn.parallel.DistributedDataParallel(trainer.model, device_ids=ids)
+    if group.is_main:
+        run.start_metrics(cfg.tensorboard, resumed_at=trainer.pos.step if checkpoint else None)
 
-    # model and tokenizer: a checkpoint of this run, a model to fine-tune (--init), or new
+    # epochs until a budget is spent or a signal comes; each step: lr, forward, loss,
+    # backward, clip, step (Trainer.step); then log, validate and save as they are due
+    with StopFlag() as trainer.stop:
+        ended = False
+        while not ended and (cfg.max_epochs == 0 or trainer.pos.epoch < cfg.max_epochs):
+            ended = _train_epoch(trainer, train_set)
+            if not ended:
+                trainer.pos.epoch, trainer.pos.batch_pos = trainer.pos.epoch + 1, 0
+        if not ended:  # max_epochs reached
+            trainer.after_step(epochs_done=True)
+        group.barrier()
+    return trainer.finish()
+
+
+def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: RunDir):
+    """The model and tokenizer (a checkpoint of this run, a model to fine-tune, or new), the
+    training set, validation, the optimizer, and where the run stands."""
+    device, precision = group.device, Precision(group.device, cfg.precision)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     start, checkpoint = begin_run(cfg, group, run, resume, restart, say)
@@ -197,8 +225,6 @@ def _train(
                 f"device {device}, {precision.name}"))  # fmt: skip
     if group.world > 1 and checkpoint is None:
         torch.manual_seed(cfg.seed + group.rank)  # the same init everywhere, own dropout masks
-
-    # data, validation, optimizer, and where the run stands
     train_set = load_training_set(cfg, tokenizer, say)
     validator = make_validator(cfg, model, tokenizer, device, precision, say)
     optimizer = make_optimizer(model.parameters(), cfg, lr_at(1, cfg, model.cfg.d_model))
@@ -206,107 +232,139 @@ def _train(
     if start.state is not None:
         pos = restore(start.state, optimizer, precision, validator, group, say)
     result = TrainResult(step=pos.step, best=validator.best if validator else None, out=run.path)
-    if spent := _budget_spent(cfg, pos, bad_valids=0):
-        say(Message(f"nothing to do: {checkpoint} is at step {pos.step}, and {spent}"))
-        return result
-    net = model
-    if group.world > 1:
-        ids = [device.index] if device.type == "cuda" else None
-        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    if group.is_main:
-        run.start_metrics(cfg.tensorboard, resumed_at=pos.step if checkpoint else None)
-    policy = CheckpointPolicy(cfg)
+    trainer = Trainer(
+        cfg, group, run, model, model, tokenizer, start.tokenizer_dir, validator, optimizer,
+        precision, pos, result, CheckpointPolicy(cfg), say,
+    )  # fmt: skip
+    return trainer, train_set, checkpoint
+
+
+def _train_epoch(trainer: Trainer, train_set: Corpus) -> bool:
+    """This rank's batches of the epoch from where the run stands; True when the run ends."""
+    cfg, pos, group = trainer.cfg, trainer.pos, trainer.group
+    seen = epoch_corpus(train_set, trainer.tokenizer, cfg, pos.epoch)
+    batches_of_epoch = epoch_batches(
+        seen, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=pos.epoch
+    )
+    mine = my_share(batches_of_epoch, group)
+    # full groups of `accum` batches; alone, a last partial group still counts
+    while pos.batch_pos + cfg.accum <= len(mine) or (
+        pos.batch_pos < len(mine) and group.world == 1
+    ):
+        loss, lr, n_tokens = trainer.step(seen, mine[pos.batch_pos : pos.batch_pos + cfg.accum])
+        trainer.log(loss, lr, n_tokens, epochs_done=pos.epoch + pos.batch_pos / max(len(mine), 1))
+        if trainer.after_step():
+            return True
+    return False
+
+
+@dataclass
+class Trainer:
+    """What the loop works on and a checkpoint captures: the model, its optimizer, where the
+    run stands, validation, and when to save. One per run; its methods are the loop's steps."""
+
+    cfg: TrainConfig
+    group: ProcessGroup
+    run: RunDir
+    model: torch.nn.Module
+    net: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
+    tokenizer: Tokenizer
+    tokenizer_dir: Path
+    validator: Validator | None
+    optimizer: torch.optim.Optimizer
+    precision: Precision
+    pos: Position
+    result: TrainResult
+    policy: CheckpointPolicy
+    say: Callable[[Report], None]
+    stop: StopFlag | None = None
     last_valid: ValidReport | None = None
+    window_tokens: float = 0.0  # target tokens since the last progress report
+    window_start: float = field(default_factory=time.monotonic)
 
-    def save(names: list[str]) -> None:
-        """A resumable checkpoint of this moment under `names` (collective: every rank's RNG)."""
-        rngs = group.gather(rng_state(device))
-        if group.is_main:
-            state = trainer_state(pos, optimizer, precision, validator, rngs)
-            extra = {"step": pos.step, "train": _train_config_record(cfg)}
-            if last_valid is not None:
-                extra["valid"] = {"loss": last_valid.loss, "bleu": last_valid.bleu}
-            request = SaveRequest(
-                tokenizer_dir=start.tokenizer_dir, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang,
-                extra=extra, trainer_state=state,
-            )  # fmt: skip
-            fill = lambda d: write_model_dir(model, d, request)  # noqa: E731
-            run.checkpoint(fill, names, keep=cfg.keep, step=pos.step)
-            run.sync_metrics()
-        policy.saved(pos.step)
+    def step(self, corpus: Corpus, batches: list) -> tuple[float, float, int]:
+        """One optimizer step over `batches` (the paper's lr schedule, clipped gradients);
+        returns the loss per target token, the lr and the target tokens."""
+        lr = lr_at(self.pos.step + 1, self.cfg, self.model.cfg.d_model)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        loss_sum, n_tokens = _accumulate(
+            self.net, corpus, batches, self.cfg, self.precision, self.group.device
+        )
+        self.precision.step(self.optimizer, self.model.parameters(), self.cfg.clip_norm)
+        self.pos.step, self.pos.batch_pos = self.pos.step + 1, self.pos.batch_pos + len(batches)
+        loss = loss_sum / max(n_tokens, 1)
+        self.result.losses.append(loss)
+        return loss, lr, n_tokens
 
-    def validate() -> bool:
-        """Validate (on rank 0); True when this is the best model so far."""
-        nonlocal last_valid
-        policy.validated_at = pos.step
-        if group.is_main:
-            last_valid = validator(pos.step)
-            run.record(last_valid)
-        return bool(last_valid and last_valid.is_best and last_valid.step == pos.step)
+    def log(self, loss: float, lr: float, n_tokens: int, epochs_done: float) -> None:
+        """A progress report every log_every steps (and at the first), with the token rate."""
+        self.window_tokens += n_tokens
+        pos = self.pos
+        if pos.step % self.cfg.log_every != 0 and pos.step != 1:
+            return
+        now = time.monotonic()
+        rate = self.group.world * self.window_tokens / max(now - self.window_start, 1e-9)
+        self.window_tokens, self.window_start = 0.0, now
+        done = _fraction_done(self.cfg, pos, epochs_done)
+        report = StepReport(pos.step, pos.epoch + 1, loss, lr, rate, pos.elapsed, done)
+        self.say(report)
+        self.run.record(report)
 
-    def after_step(epochs_done: bool = False) -> bool:
+    def after_step(self, epochs_done: bool = False) -> bool:
         """Validate and checkpoint as they are due; True when the run ends at this step."""
+        cfg, group, validator, policy = self.cfg, self.group, self.validator, self.policy
         improved, bad_valids = False, 0
-        if validator and pos.step % cfg.valid_every == 0 and policy.validated_at != pos.step:
-            improved = validate()
+        if validator and self.pos.step % cfg.valid_every == 0 and policy.validated_at != self.pos.step:  # fmt: skip
+            improved = self.validate()
             bad_valids = int(group.sum(validator.bad if group.is_main else 0))  # for patience
-        spent = epochs_done or _budget_spent(cfg, pos, bad_valids)
-        ending = group.any(stop.signum is not None or bool(spent))
-        if ending and validator and stop.signum is None and policy.validated_at != pos.step:
-            improved = validate()  # the model the run ends with is validated too
-        names = policy.names(pos.step, improved, ending=ending)
+        spent = epochs_done or _budget_spent(cfg, self.pos, bad_valids)
+        ending = group.any(self.stop.signum is not None or bool(spent))
+        if ending and validator and self.stop.signum is None and policy.validated_at != self.pos.step:  # fmt: skip
+            improved = self.validate()  # the model the run ends with is validated too
+        names = policy.names(self.pos.step, improved, ending=ending)
         if group.any(bool(names)):
-            save(names)
+            self.save(names)
         return ending
 
-    # the loop, in nanoGPT's order: lr, forward, loss, backward, clip, step; log; validate, save
-    window_tokens, window_start = 0.0, time.monotonic()
-    ended = False
-    with StopFlag() as stop:
-        while not ended and (cfg.max_epochs == 0 or pos.epoch < cfg.max_epochs):
-            seen = epoch_corpus(train_set, tokenizer, cfg, pos.epoch)
-            batches_of_epoch = epoch_batches(
-                seen, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=pos.epoch
+    def validate(self) -> bool:
+        """Validate (on rank 0); True when this is the best model so far."""
+        self.policy.validated_at = self.pos.step
+        if self.group.is_main:
+            self.last_valid = self.validator(self.pos.step)
+            self.run.record(self.last_valid)
+        last = self.last_valid
+        return bool(last and last.is_best and last.step == self.pos.step)
+
+    def save(self, names: list[str]) -> None:
+        """A resumable checkpoint of this moment under `names` (collective: every rank's RNG)."""
+        rngs = self.group.gather(rng_state(self.group.device))
+        if self.group.is_main:
+            state = trainer_state(self.pos, self.optimizer, self.precision, self.validator, rngs)
+            extra = {"step": self.pos.step, "train": _train_config_record(self.cfg)}
+            if self.last_valid is not None:
+                extra["valid"] = {"loss": self.last_valid.loss, "bleu": self.last_valid.bleu}
+            request = SaveRequest(
+                tokenizer_dir=self.tokenizer_dir, src_lang=self.cfg.src_lang,
+                tgt_lang=self.cfg.tgt_lang, extra=extra, trainer_state=state,
+            )  # fmt: skip
+            fill = lambda d: write_model_dir(self.model, d, request)  # noqa: E731
+            self.run.checkpoint(fill, names, keep=self.cfg.keep, step=self.pos.step)
+            self.run.sync_metrics()
+        self.policy.saved(self.pos.step)
+
+    def finish(self) -> TrainResult:
+        """Where the run stopped; a signal is Interrupted, once `last` is saved."""
+        self.result.step = self.pos.step
+        self.result.best = self.validator.best if self.validator else None
+        if self.stop.signum is not None:
+            code = 130 if self.stop.signum == signal.SIGINT else 143
+            raise Interrupted(
+                f"interrupted at step {self.pos.step}; saved {self.run.path / 'last'}. Run the "
+                "same command again to continue.",
+                code,
             )
-            mine = my_share(batches_of_epoch, group)
-            # full groups of `accum` batches; alone, a last partial group still counts
-            while not ended and (
-                pos.batch_pos + cfg.accum <= len(mine)
-                or (pos.batch_pos < len(mine) and group.world == 1)
-            ):
-                batches = mine[pos.batch_pos : pos.batch_pos + cfg.accum]
-                lr = lr_at(pos.step + 1, cfg, model.cfg.d_model)
-                for g in optimizer.param_groups:
-                    g["lr"] = lr
-                loss_sum, n_tokens = _accumulate(net, seen, batches, cfg, precision, device)
-                precision.step(optimizer, model.parameters(), cfg.clip_norm)
-                pos.step, pos.batch_pos = pos.step + 1, pos.batch_pos + len(batches)
-                loss = loss_sum / max(n_tokens, 1)
-                result.losses.append(loss)
-                window_tokens += n_tokens
-                if pos.step % cfg.log_every == 0 or pos.step == 1:
-                    now = time.monotonic()
-                    rate = group.world * window_tokens / max(now - window_start, 1e-9)
-                    window_tokens, window_start = 0.0, now
-                    done = _fraction_done(cfg, pos, pos.epoch + pos.batch_pos / max(len(mine), 1))
-                    step_report = StepReport(pos.step, pos.epoch + 1, loss, lr, rate, pos.elapsed, done)  # fmt: skip
-                    say(step_report)
-                    run.record(step_report)
-                ended = after_step()
-            if not ended:
-                pos.epoch, pos.batch_pos = pos.epoch + 1, 0
-        if not ended:  # max_epochs reached
-            after_step(epochs_done=True)
-        group.barrier()
-    result.step, result.best = pos.step, validator.best if validator else None
-    if stop.signum is not None:
-        code = 130 if stop.signum == signal.SIGINT else 143
-        raise Interrupted(
-            f"interrupted at step {pos.step}; saved {run.path / 'last'}. Run the same command "
-            "again to continue.",
-            code,
-        )
-    return result
+        return self.result
 
 
 def make_validator(cfg: TrainConfig, model, tokenizer, device, precision, say) -> Validator | None:

@@ -13,7 +13,7 @@ import torch
 from mtcli.config import EOS_ID, PAD_ID, DecodeConfig
 from mtcli.data.glossary import Glossary, phrase_ids
 from mtcli.decoding.constraints import Progress, allocate, constrained_beam_search
-from mtcli.decoding.search import max_output_lengths
+from mtcli.decoding.stepper import max_output_lengths
 from mtcli.engines.translator import Translator
 from mtcli.errors import UserError
 from mtcli.store.checkpoint import load_model

@@ -12,17 +12,9 @@ import torch
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.decoding.search import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    StepRules,
-    Tracer,
-    beam_search,
-    greedy,
-    sample,
-    sample_next,
-)
+from mtcli.config import BOS_ID, EOS_ID, PAD_ID
+from mtcli.decoding.search import beam_search, greedy, sample, sample_next
+from mtcli.decoding.steering import StepRules, Tracer
 from mtcli.model.transformer import Seq2Seq
 from tests.conftest import tiny_config
 from tests.test_decode import _src

@@ -13,7 +13,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from mtcli.decoding.search import AttentionTrace
+from mtcli.decoding.stepper import AttentionTrace
 from mtcli.errors import UserError
 
 SHADES = " ░▒▓█"  # five levels, readable without colour

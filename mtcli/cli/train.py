@@ -256,7 +256,9 @@ def train_command(config_path, resume, restart, force, **flags) -> None:
     from mtcli.training.loop import train
 
     with ProgressReporter() as reporter:
-        result = train(cfg, reporter, resume=resume, restart=restart, force=force)
+        result = train(
+            cfg, reporter, resume=resume, restart=restart, force=force, inputs_checked=True
+        )
     console.print(_summary(result), soft_wrap=True, markup=False)
 
 

@@ -7,7 +7,7 @@ are grouped into banks by how many constraint tokens they have met, and the beam
 are shared among the banks (Post & Vilar's DBA), so hypotheses that have started on the
 constraints are not crowded out by the model's unconstrained favourites. A hypothesis may end
 only once every phrase is in it. Decodes one sentence at a time, through the same KV cache as
-decode.py; knows nothing about text.
+decoding/stepper.py; knows nothing about text.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mtcli.decoding.search import (
-    EOS_ID,
+from mtcli.config import EOS_ID
+from mtcli.decoding.stepper import (
     NEG_INF,
     Hypothesis,
     Models,
-    _Stepper,
+    Stepper,
     length_penalty,
     max_output_lengths,
     output_limit,
@@ -88,6 +88,9 @@ def allocate(bank_sizes: dict[int, int], k: int, banks: int) -> dict[int, int]:
     return taken
 
 
+Beam = tuple[list[int], float, Progress]  # output tokens, summed log-probability, progress
+
+
 @torch.inference_mode()
 def constrained_beam_search(
     models: Models,
@@ -107,29 +110,14 @@ def constrained_beam_search(
     extra = sum(len(p) for p in phrases)  # room for the phrases beyond the usual length
     limit = output_limit(models)
     max_len = int(max_output_lengths(src_mask, max_len_a, max_len_b + extra, limit)[0])
-    stepper = _Stepper(models, src_ids, src_mask, max_len + 1, use_cache=True)
+    stepper = Stepper(models, src_ids, src_mask, max_len + 1, use_cache=True)
     banks = extra + 1
-    beams: list[tuple[list[int], float, Progress]] = [([], 0.0, Progress.start(len(phrases)))]
+    beams: list[Beam] = [([], 0.0, Progress.start(len(phrases)))]
     finished: list[Hypothesis] = []
     for step in range(max_len + 1):
         tokens = torch.tensor([b[0] for b in beams], dtype=torch.long, device=device)
         log_probs = stepper(tokens.view(len(beams), step))  # (beams, V)
-        candidates: dict[tuple[int, int], tuple[float, Progress]] = {}
-        for row, (_, raw, progress) in enumerate(beams):
-            lp = log_probs[row]
-            if not progress.complete or step == max_len:
-                lp = lp.clone()
-                if not progress.complete:
-                    lp[EOS_ID] = NEG_INF  # no ending before every phrase is in
-                if step == max_len:  # the length limit: only EOS, and only if complete
-                    eos = lp[EOS_ID].clone()
-                    lp[:] = NEG_INF
-                    lp[EOS_ID] = eos
-            best = lp.topk(min(k, lp.numel())).indices.tolist()
-            for token in {*best, *progress.needed(phrases)}:
-                score = float(lp[token])
-                if score > NEG_INF:
-                    candidates[(row, token)] = (raw + score, progress.after(token, phrases))
+        candidates = _candidates(beams, log_probs, phrases, k, last=step == max_len)
         # finished hypotheses leave the beam; the rest are banked by constraint tokens met
         by_bank: dict[int, list[tuple[float, int, int, Progress]]] = {}
         for (row, token), (raw, progress) in candidates.items():
@@ -149,6 +137,31 @@ def constrained_beam_search(
         beams = [(beams[row][0] + [token], raw, progress) for raw, row, token, progress in chosen]
         stepper.select(torch.tensor([row for _, row, _, _ in chosen], device=device))
     return finished[:nbest]
+
+
+def _candidates(
+    beams: list[Beam], log_probs: Tensor, phrases: list[list[int]], k: int, *, last: bool
+) -> dict[tuple[int, int], tuple[float, Progress]]:
+    """(row, token) -> (summed log-probability, progress) of each beam's k best tokens and the
+    tokens that would advance a constraint. No ending before every phrase is in; at the last
+    step (`last`: the length limit) only EOS, and only once complete."""
+    candidates = {}
+    for row, (_, raw, progress) in enumerate(beams):
+        lp = log_probs[row]
+        if not progress.complete or last:
+            lp = lp.clone()
+            if not progress.complete:
+                lp[EOS_ID] = NEG_INF
+            if last:
+                eos = lp[EOS_ID].clone()
+                lp[:] = NEG_INF
+                lp[EOS_ID] = eos
+        best = lp.topk(min(k, lp.numel())).indices.tolist()
+        for token in {*best, *progress.needed(phrases)}:
+            score = float(lp[token])
+            if score > NEG_INF:
+                candidates[(row, token)] = (raw + score, progress.after(token, phrases))
+    return candidates
 
 
 def _hopeless(chosen, finished: list[Hypothesis], nbest: int, max_len: int, alpha: float) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mtcli.decoding.search import AttentionTrace
+    from mtcli.decoding.stepper import AttentionTrace
 
 
 @dataclass

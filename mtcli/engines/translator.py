@@ -1,7 +1,7 @@
 """mtcli's Translator: lines in, lines out, in length-sorted batches, input order kept.
 
 Prints nothing itself; warnings go to a callback the caller supplies. What a translation is,
-and the streaming and routing of lines, live in translation.py (no torch there).
+and the streaming and routing of lines, live in result.py and routing.py (no torch there).
 """
 
 from __future__ import annotations
@@ -16,18 +16,9 @@ from mtcli.data.batches import pad, padding_mask
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.decoding.alignment import align_words
 from mtcli.decoding.constraints import constrained_beam_search
-from mtcli.decoding.search import (
-    Hypothesis,
-    Models,
-    StepRules,
-    Tracer,
-    TraceStep,
-    as_list,
-    beam_search,
-    greedy,
-    output_limit,
-    sample,
-)
+from mtcli.decoding.search import beam_search, greedy, sample
+from mtcli.decoding.steering import StepRules, Tracer, TraceStep
+from mtcli.decoding.stepper import Hypothesis, Models, as_list, output_limit
 from mtcli.engines.result import AttentionMaps, Translation
 from mtcli.engines.routing import Truncator, stream
 from mtcli.model.transformer import Seq2Seq

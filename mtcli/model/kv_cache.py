@@ -1,7 +1,7 @@
 """What a decoding pass keeps between steps: the decoder's key/value cache, and the attention
 probabilities recorded when a caller asks to see them. Knows nothing about text or layers.
 
-Shape legend as in model.py: B batch rows, S source len, T target len, H heads, K head dim.
+Shape legend as in transformer.py: B batch rows, S source len, T target len, H heads, K head dim.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ What differs between the two, and how the export bridges it:
   CTranslate2's built-in table puts all sines before all cosines. The export writes mtcli's
   table as the model's position encodings, so CTranslate2 uses it instead of its own.
 - mtcli's source ends with EOS and its output starts from BOS: CTranslate2 is given the
-  source pieces plus </s> (see ct2_engine.py) and starts the target with <s>.
+  source pieces plus </s> (see engines/ct2.py) and starts the target with <s>.
 - One embedding matrix serves source, target and the output projection: it is written three
   times (CTranslate2 has no tying across them).
 - Beam search scores: mtcli divides by GNMT's ((5 + n) / 6) ** alpha, CTranslate2 by n ** alpha,

@@ -162,15 +162,19 @@ def train(
     resume: str | None = None,
     restart: bool = False,
     force: bool = False,
+    inputs_checked: bool = False,
 ) -> TrainResult:
     """Train as `cfg` says; return where it stopped. Raises Interrupted on a signal.
 
     Continues from `resume`, else from the newest checkpoint in OUT, unless `restart`.
+    `inputs_checked`: the caller ran checks.check_inputs on `cfg` already (the CLI does, before
+    it imports torch), so the files are not read twice.
     """
     device = pick_device(cfg.device)
     if device.type == "cpu":
         use_cores(cfg.threads)
-    check_inputs(cfg, force)  # before OUT is touched: a mistake there writes nothing
+    if not inputs_checked:
+        check_inputs(cfg, force)  # before OUT is touched: a mistake there writes nothing
     if cfg.init:
         check_model_dir(cfg.init)  # its tensor shapes too, the one check that needs torch
     group = start_process_group(device)

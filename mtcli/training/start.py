@@ -1,6 +1,6 @@
 """Where a training run starts: the model, tokenizer and trainer state of a run that is new,
 fine-tuned from a model (--init), or continued from one of its checkpoints (refused when its
-model or data settings changed). The inputs were checked before (run_checks.py).
+model or data settings changed). The inputs were checked before (checks.py).
 
 Knows nothing of the loop itself; train.py calls `begin_run` and `load_training_set`.
 """
@@ -33,9 +33,9 @@ from mtcli.training.run_dir import RunDir, recorded_settings, resume_point
 
 
 def prepare_tokenizer(cfg: TrainConfig, group: ProcessGroup) -> Path:
-    """The tokenizer directory to use: the given one, or one trained now into OUT/tokenizer."""
+    """The tokenizer directory to use: the given one (checked with the run's inputs, by
+    checks.check_inputs), or one trained now into OUT/tokenizer."""
     if cfg.tokenizer:
-        Tokenizer.load(cfg.tokenizer)  # fail early on a bad directory
         return Path(cfg.tokenizer)
     if not cfg.tgt:
         raise UserError("a TSV corpus needs --tokenizer (train one with `mtcli tokenizer train`)")

@@ -1,0 +1,239 @@
+"""What every search shares: the models' next-token log-probabilities one step at a time
+(through the KV cache, or the uncached reference), each sentence's output limit, the length
+penalty, the attention a search records, and the hypotheses it returns. Knows nothing about text.
+
+Every search takes one model or several (an ensemble: at each step the models'
+log-probabilities are averaged, each model with its own cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from mtcli.config import BOS_ID, EOS_ID, PAD_ID
+from mtcli.model.kv_cache import AttentionRecord
+from mtcli.model.transformer import Seq2Seq
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class AttentionTrace:
+    """The attention that produced one hypothesis, taken from the decoding pass itself.
+
+    T counts the output tokens including EOS; S the source tokens including EOS.
+    Every row sums to 1; padding and future positions hold exact zeros.
+    """
+
+    encoder: Tensor  # (L_enc, H, S, S) encoder self-attention
+    cross: Tensor  # (L_dec, H, T, S) encoder-decoder attention
+    decoder: Tensor  # (L_dec, H, T, T) masked decoder self-attention
+
+
+@dataclass
+class Hypothesis:
+    """One output: token ids without BOS/EOS, and its length-normalised score."""
+
+    tokens: list[int]
+    score: float
+    attention: AttentionTrace | None = None
+
+
+class AttentionRecorder:
+    """Attention probabilities recorded step by step, traced back for chosen hypotheses."""
+
+    def __init__(self) -> None:
+        self.encoder, self.cross = AttentionRecord(), AttentionRecord()
+        self.decoder: AttentionRecord | None = None  # the cache's self-attention record
+
+    def trace(self, sentence: int, src_len: int, rows: list[int]) -> AttentionTrace:
+        """Attention of the hypothesis that sat in decoder row rows[s] at step s."""
+        T = len(rows)
+        encoder = torch.stack(
+            [
+                probs[0][sentence, :, :src_len, :src_len]
+                for _, probs in sorted(self.encoder.layers.items())
+            ]
+        )
+        cross, decoder = [], []
+        for layer in sorted(self.cross.layers):
+            steps = self.cross.layers[layer]
+            cross.append(
+                torch.stack([steps[s][rows[s], :, 0, :src_len] for s in range(T)], dim=1)
+            )  # (H, T, S)
+            self_steps = self.decoder.layers[layer]
+            square = torch.zeros(self_steps[0].size(1), T, T)
+            for s in range(T):
+                square[:, s, : s + 1] = self_steps[s][rows[s], :, 0, : s + 1]
+            decoder.append(square)  # (H, T, T)
+        return AttentionTrace(
+            encoder.float(), torch.stack(cross).float(), torch.stack(decoder).float()
+        )
+
+
+def length_penalty(n: Tensor | int | float, alpha: float) -> Tensor | float:
+    """GNMT length penalty ((5 + n) / 6) ** alpha (Wu et al. 2016)."""
+    return ((5.0 + n) / 6.0) ** alpha
+
+
+def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor:
+    """(B,) most output tokens before the forced EOS: a * source length + b, capped by `limit`."""
+    src_len = src_mask.sum(dim=1).float()
+    return (a * src_len + b).floor().long().clamp(min=1, max=limit)
+
+
+def _mask_never_generated(log_probs: Tensor) -> Tensor:
+    """PAD and BOS are never produced; set their log-probabilities to -inf. (N, V) -> (N, V)."""
+    log_probs[:, PAD_ID] = NEG_INF
+    log_probs[:, BOS_ID] = NEG_INF
+    return log_probs
+
+
+def force_eos(log_probs: Tensor, rows: Tensor) -> Tensor:
+    """On `rows` (bool, (N,)) only EOS may follow: every other token gets -inf."""
+    if not bool(rows.any()):  # the usual case: skip two full (N, V) passes
+        return log_probs
+    eos = log_probs[:, EOS_ID].clone()
+    log_probs[rows] = NEG_INF
+    log_probs[:, EOS_ID] = eos
+    return log_probs
+
+
+Models = Seq2Seq | Sequence[Seq2Seq]
+
+
+def as_list(models: Models) -> list[Seq2Seq]:
+    return [models] if isinstance(models, Seq2Seq) else list(models)
+
+
+def output_limit(models: Models) -> int:
+    """The most output tokens every model's position table holds (+ BOS)."""
+    return min(m.cfg.max_positions for m in as_list(models)) - 1
+
+
+class Stepper:
+    """Next-token log-probabilities for each row, with the KV cache (one token per step) or
+    without it, from one model or the mean of several (an ensemble, each with its own cache).
+
+    Without the cache every step re-feeds the whole prefix: the slow reference that the
+    cache must match, kept for tests and benchmarks. Attention is recorded from the first
+    model of an ensemble.
+    """
+
+    def __init__(
+        self,
+        models: Models,
+        src_ids: Tensor,
+        src_mask: Tensor,
+        max_len: int,
+        *,
+        use_cache: bool,
+        recorder: AttentionRecorder | None = None,
+    ):
+        if recorder is not None and not use_cache:
+            raise ValueError("attention is recorded through the cache; use_cache must be True")
+        self.models, self.src_mask = as_list(models), src_mask
+        self.memories: list[Tensor | None] = []
+        self.caches: list = []
+        for i, model in enumerate(self.models):
+            record = recorder if i == 0 else None
+            self.memories.append(
+                model.encode(src_ids, src_mask, record=record.encoder if record else None)
+            )  # (B, S, D)
+            cross = record.cross if record else None
+            self.caches.append(model.new_cache(max_len, cross) if use_cache else None)
+        if recorder is not None:
+            recorder.decoder = self.caches[0].self_record
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """tokens (N, t) generated so far, without BOS -> log-probabilities (N, V) for position t.
+
+        With the cache only the newest token is fed (BOS at step 0); the prefix is built
+        only for the uncached reference, so the cached hot path copies nothing per step.
+        """
+        cached = self.caches[0] is not None
+        if not cached or tokens.size(1) == 0:
+            bos = torch.full((tokens.size(0), 1), BOS_ID, dtype=torch.long, device=tokens.device)
+            new = bos if cached else torch.cat([bos, tokens], dim=1)
+        else:
+            new = tokens[:, -1:]
+        total = None
+        for i, (model, cache) in enumerate(zip(self.models, self.caches, strict=True)):
+            logits = model.decode(new, self.memories[i], self.src_mask, cache)[:, -1]
+            if cache is not None:
+                self.memories[i] = None  # its keys/values are in the cache now
+            log_probs = logits.float().log_softmax(dim=-1)  # (N, V)
+            total = log_probs if total is None else total + log_probs
+        mean = total if len(self.models) == 1 else total / len(self.models)
+        return _mask_never_generated(mean)
+
+    def reorder(self, rows: Tensor) -> None:
+        """Beam back-pointers: row i continues row rows[i] (within its sentence)."""
+        for cache in self.caches:
+            if cache is not None:
+                cache.reorder(rows)
+
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep decoder rows `rows` and, in the cache, the source K/V of `sentences` (None: all)."""
+        for i, memory in enumerate(self.memories):
+            if memory is not None:
+                self.memories[i] = memory.index_select(0, rows)  # uncached: one copy per row
+        self.src_mask = self.src_mask.index_select(0, rows)
+        for cache in self.caches:
+            if cache is not None:
+                cache.select(rows, sentences)
+
+
+def strip_special(ids: list[int]) -> list[int]:
+    """Cut at the first EOS and drop padding."""
+    if EOS_ID in ids:
+        ids = ids[: ids.index(EOS_ID)]
+    return [i for i in ids if i != PAD_ID]
+
+
+@dataclass
+class Search:
+    """What every search sets up the same way: each sentence's output limit, the number of
+    steps (+ the forced EOS), and the stepper that encodes the batch once (recording
+    attention when asked)."""
+
+    stepper: Stepper
+    max_lens: Tensor  # (B,) most output tokens before the forced EOS
+    n_steps: int
+    recorder: AttentionRecorder | None
+
+    @classmethod
+    def start(
+        cls, models: Models, src_ids: Tensor, src_mask: Tensor, *, max_len_a: float,
+        max_len_b: int, use_cache: bool = True, with_attention: bool = False,
+    ) -> Search:  # fmt: skip
+        max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, output_limit(models))
+        n_steps = int(max_lens.max()) + 1
+        recorder = AttentionRecorder() if with_attention else None
+        stepper = Stepper(models, src_ids, src_mask, n_steps, use_cache=use_cache, recorder=recorder)  # fmt: skip
+        return cls(stepper, max_lens, n_steps, recorder)
+
+    def log_probs(
+        self,
+        so_far: Tensor,
+        step: int,
+        sentence: Tensor,
+        limit: Tensor,
+        rules,
+        tracer=None,
+        shown=None,
+    ) -> Tensor:
+        """The step's log-probabilities (N, V) for rows whose outputs so far are so_far (N, step),
+        each of sentence[i]: the models' mean, what `rules` forbid at -inf, only EOS where the
+        row's `limit` (N,) is reached; recorded by `tracer` with the rows' `shown` scores."""
+        log_probs = self.stepper(so_far)
+        if rules.active:
+            log_probs = rules.apply(log_probs, step, so_far, sentence)
+        log_probs = force_eos(log_probs, step >= limit)
+        if tracer is not None:
+            tracer.record(step, log_probs, so_far, shown, sentence)
+        return log_probs

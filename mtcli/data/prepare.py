@@ -367,40 +367,11 @@ def prepare(
         raise UserError("--test-size and --valid-size must be at least 0")
     raw = fetch_raw(spec, opts, cache_dir() / "downloads" / spec.name, progress)
     dropped: dict[str, int] = {}
-    simplify = spec.tgt_lang == "zh" and opts.zh_script == "simplified"
+    clean = _cleaner(spec, opts, dropped)
     if spec.official_splits:
-        splits = {
-            split: clean_pairs(
-                p,
-                form=opts.unicode_form,
-                simplify=simplify,
-                dedupe=split == "train",
-                dropped=dropped,
-            )
-            for split, p in _read_multi30k(raw).items()
-        }
-        checksums = {f.name: sha256_of(raw / f.name) for f in spec.files}
-        for f in spec.files:
-            if opts.verify and f.sha256 and checksums[f.name] != f.sha256:
-                raise UserError(
-                    f"{raw / f.name}: checksum differs from the recorded release (--no-verify to accept)"
-                )
+        splits, checksums = _official_splits(spec, opts, raw, clean)
     else:
-        pairs, text_sha = _read_tatoeba(raw)
-        if opts.verify and text_sha != TATOEBA_TEXT_SHA256:
-            raise UserError(
-                f"{raw}: cmn.txt differs from the recorded release (--no-verify to accept)"
-            )
-        cleaned = clean_pairs(
-            pairs, form=opts.unicode_form, simplify=simplify, dedupe=True, dropped=dropped
-        )
-        if opts.n_test + opts.n_valid >= len(cleaned):
-            raise UserError(
-                f"--test-size {opts.n_test} and --valid-size {opts.n_valid} leave no training "
-                f"pairs: {spec.name} has {len(cleaned):,} after cleaning"
-            )
-        splits = split_by_source(cleaned, n_test=opts.n_test, n_valid=opts.n_valid, seed=opts.seed)
-        checksums = {"cmn.txt": text_sha}
+        splits, checksums = _split_tatoeba(spec, opts, raw, clean)
     manifest = {
         "corpus": spec.name,
         "src_lang": spec.src_lang,
@@ -419,6 +390,45 @@ def prepare(
     }
     _write_splits(out, splits, manifest)
     return manifest
+
+
+def _cleaner(spec: CorpusSpec, opts: PrepareOptions, dropped: dict[str, int]):
+    """clean_pairs with the options' Unicode form and script, counting what it drops."""
+    simplify = spec.tgt_lang == "zh" and opts.zh_script == "simplified"
+
+    def clean(pairs: Pairs, dedupe: bool) -> Pairs:
+        return clean_pairs(
+            pairs, form=opts.unicode_form, simplify=simplify, dedupe=dedupe, dropped=dropped
+        )
+
+    return clean
+
+
+def _official_splits(spec: CorpusSpec, opts: PrepareOptions, raw: Path, clean):
+    """A corpus's own train/valid/test files (deduplicated within train only), checksummed."""
+    splits = {split: clean(p, split == "train") for split, p in _read_multi30k(raw).items()}
+    checksums = {f.name: sha256_of(raw / f.name) for f in spec.files}
+    for f in spec.files:
+        if opts.verify and f.sha256 and checksums[f.name] != f.sha256:
+            raise UserError(
+                f"{raw / f.name}: checksum differs from the recorded release (--no-verify to accept)"
+            )
+    return splits, checksums
+
+
+def _split_tatoeba(spec: CorpusSpec, opts: PrepareOptions, raw: Path, clean):
+    """Tatoeba's one file, cleaned and split by source sentence into train/valid/test."""
+    pairs, text_sha = _read_tatoeba(raw)
+    if opts.verify and text_sha != TATOEBA_TEXT_SHA256:
+        raise UserError(f"{raw}: cmn.txt differs from the recorded release (--no-verify to accept)")
+    cleaned = clean(pairs, True)
+    if opts.n_test + opts.n_valid >= len(cleaned):
+        raise UserError(
+            f"--test-size {opts.n_test} and --valid-size {opts.n_valid} leave no training "
+            f"pairs: {spec.name} has {len(cleaned):,} after cleaning"
+        )
+    splits = split_by_source(cleaned, n_test=opts.n_test, n_valid=opts.n_valid, seed=opts.seed)
+    return splits, {"cmn.txt": text_sha}
 
 
 def _write_splits(out: Path, splits: dict[str, Pairs], manifest: dict) -> None:

@@ -198,8 +198,7 @@ def beam_search(
     Nematus): a beam of 1 is exactly greedy, and a beam as wide as the number of possible
     outputs is exhaustive search. A sentence is done when no beam is live, or when its best
     live raw score, divided by the largest length penalty it could still reach, cannot beat
-    its nbest-th finished score. Done sentences leave the batch, so late steps cost only the
-    long ones; a trace of attention needs stable rows, so recording keeps everyone.
+    its nbest-th finished score; it leaves the batch (unless attention is recorded).
     """
     B, k = src_ids.size(0), beam_size
     search = Search.start(
@@ -207,9 +206,9 @@ def beam_search(
         use_cache=use_cache, with_attention=with_attention,
     )  # fmt: skip
     stepper, max_lens = search.stepper, search.max_lens
+    beams = _Beams(B, k, search.n_steps, src_ids.device)
     widen = torch.arange(B, device=src_ids.device).repeat_interleave(k)  # (B*k,)
     row_max = max_lens.repeat_interleave(k)  # (B*k,)
-    beams = _Beams(B, k, search.n_steps, src_ids.device)
     for step in range(search.n_steps):
         so_far, sentence, shown = beams.rows(step)
         limit = max_lens if step == 0 else row_max  # max_lens >= 1: no EOS is forced at step 0
@@ -229,16 +228,22 @@ def beam_search(
         if search.recorder is not None or not bool(done.any()):
             stepper.reorder(rows.view(-1))
         else:
-            stay, stay_rows = beams.leave(done)
-            max_lens, row_max = max_lens[stay], row_max[stay_rows]
-            # back-pointers and departures in one gather: row stay_rows[i] continues
-            # rows[stay_rows[i]], a row of the same sentence (so the same cross K/V)
-            stepper.select(rows.view(-1)[stay_rows], stay)
+            max_lens, row_max = _depart(beams, done, rows, stepper, max_lens, row_max)
     results = beams.results(nbest)
     if search.recorder is not None:
         src_lens = src_mask.sum(dim=1).tolist()
         _attach_attention(results, search.recorder, beams.fin_rows, beams.parents, src_lens)
     return results
+
+
+def _depart(beams: _Beams, done: Tensor, rows: Tensor, stepper, max_lens: Tensor, row_max: Tensor):
+    """Done sentences leave the batch: their beams, limits and decoder rows. Returns the limits
+    of the sentences that stay, per sentence and per row."""
+    stay, stay_rows = beams.leave(done)
+    # back-pointers and departures in one gather: row stay_rows[i] continues rows[stay_rows[i]],
+    # a row of the same sentence (so the same cross K/V)
+    stepper.select(rows.view(-1)[stay_rows], stay)
+    return max_lens[stay], row_max[stay_rows]
 
 
 @torch.inference_mode()

@@ -1,0 +1,157 @@
+"""The layout's rules, checked on the code itself: imports point one way between the packages,
+nothing below the CLI imports it (or rich, or click), importing the library leaves the process's
+environment alone, and functions stay short enough to read top to bottom."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "mtcli"
+BASE = {"config", "errors", "device", "files", "settings"}  # the top-level modules
+# what each part of mtcli may import (itself always), as the packages' docstrings say
+MAY_IMPORT = {
+    "errors": set(),
+    "device": {"errors"},
+    "files": {"errors"},
+    "config": {"device"},
+    "settings": {"config", "errors"},
+    "data": BASE,
+    "model": {"config"},
+    "decoding": {"model", "config"},
+    "store": {"model", "data"} | BASE,
+    "engines": {"decoding", "model", "store", "data"} | BASE,
+    "training": {"engines", "decoding", "model", "store", "data"} | BASE,
+    "serving": {"engines", "store", "data"} | BASE,
+}
+CLI_ONLY = {"rich", "click"}  # the terminal's: the library reports through callbacks
+LONGEST_FUNCTION = 60  # lines, signature and docstring included
+LONGEST_COMMAND = 25  # lines of a command's body, its docstring excluded
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def _part(path: Path) -> str:
+    """The package (or top-level module) a file belongs to: mtcli/data/batches.py -> data."""
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            if node.module == "mtcli":  # from mtcli import files
+                found |= {f"mtcli.{alias.name}" for alias in node.names}
+    return found
+
+
+def _parts_imported(path: Path) -> set[str]:
+    return {
+        name.split(".")[1]
+        for name in _imports(path)
+        if name.startswith("mtcli.") and name.split(".")[1] != "__version__"
+    }
+
+
+def test_the_rules_cover_every_part():
+    """Every package and top-level module has a row (a new one must say what it may import)."""
+    parts = {_part(p) for p in _modules()} - {"__init__", "__main__", "cli"}
+    assert parts == set(MAY_IMPORT), parts ^ set(MAY_IMPORT)
+
+
+def _wrong_imports(path: Path) -> list[str]:
+    """What a module imports that its part may not (cli and the entry points: anything)."""
+    part = _part(path)
+    if part in ("cli", "__init__", "__main__"):
+        return []
+    wrong = _parts_imported(path) - MAY_IMPORT[part] - {part}
+    wrong |= {name.split(".")[0] for name in _imports(path)} & CLI_ONLY
+    return [f"{path.relative_to(REPO)} ({part}) imports {sorted(wrong)}"] if wrong else []
+
+
+def test_imports_point_one_way():
+    """Each module imports only the parts below its own, and nothing below cli/ imports rich
+    or click."""
+    wrong = [line for path in _modules() for line in _wrong_imports(path)]
+    assert not wrong, wrong
+
+
+def test_the_rule_catches_an_upward_import(tmp_path, monkeypatch):
+    """The control: the same reading flags a model module that imports the engines or rich."""
+    source = (PACKAGE / "model" / "transformer.py").read_text(encoding="utf-8")
+    copy = tmp_path / "mtcli" / "model" / "transformer.py"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(source + "\nfrom mtcli.engines.build import build_translator\nimport rich\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "mtcli")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert _wrong_imports(copy) == [
+        "mtcli/model/transformer.py (model) imports ['engines', 'rich']"
+    ]
+
+
+def _fresh(code: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    return proc.stdout.strip()
+
+
+def test_the_training_loop_imports_no_terminal_library():
+    """`import mtcli.training.loop` (and the validation and server code) loads neither rich nor
+    click: progress reaches the terminal through a callback the CLI supplies."""
+    code = (
+        "import sys, mtcli.training.loop, mtcli.engines.build, mtcli.serving.app; "
+        "print(sorted(m for m in ('rich', 'click') if m in sys.modules))"
+    )
+    assert _fresh(code) == "[]"
+
+
+def test_importing_mtcli_sets_no_environment_variable():
+    """Every module of the library imported in one process: os.environ is as it was (the
+    oneDNN cache limits are set by the commands, through device.limit_kernel_caches)."""
+    code = (
+        "import os, pkgutil, importlib, mtcli; before = dict(os.environ)\n"
+        "for m in pkgutil.walk_packages(mtcli.__path__, 'mtcli.'):\n"
+        "    if m.name not in ('mtcli.__main__',): importlib.import_module(m.name)\n"
+        "after = dict(os.environ)\n"
+        "print(sorted(set(before.items()) ^ set(after.items())))"
+    )
+    assert _fresh(code) == "[]"
+
+
+def _functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+def test_no_function_is_longer_than_it_can_be_read():
+    long = [
+        f"{path.relative_to(REPO)}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)"
+        for path in _modules()
+        for fn in _functions(path)
+        if fn.end_lineno - fn.lineno + 1 > LONGEST_FUNCTION
+    ]
+    assert not long, long
+
+
+def test_commands_only_parse_and_call():
+    """Each click command's body (after its docstring) is short: the work lives below the CLI."""
+    long = []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        for fn in _functions(path):
+            decorated = any("command" in ast.unparse(d) for d in fn.decorator_list)
+            body = fn.body[1:] if ast.get_docstring(fn) else fn.body
+            if decorated and body and body[-1].end_lineno - body[0].lineno + 1 > LONGEST_COMMAND:
+                long.append(f"{path.name}:{fn.name}")
+    assert not long, long

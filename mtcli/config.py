@@ -177,6 +177,20 @@ class DecodeConfig:
             raise ConfigError("nbest", self.nbest, f"must not exceed beam_size ({self.beam_size})")
 
 
+@dataclass
+class ServeConfig:
+    """Limits and batching of the server (the flags of `mtcli serve`; their defaults are these)."""
+
+    batch_wait_ms: float = 5.0  # how long the worker waits for more requests to join a batch
+    batch_tokens: int = 4000  # source tokens gathered into one batch at most
+    max_chars: int = 1000  # characters in one line
+    max_lines: int = 64  # lines in one request (each q item may hold several)
+    max_body: int = 256 * 1024  # bytes in one request body
+    queue_size: int = 64  # requests waiting for the worker; beyond, 503 with Retry-After
+    api_key: str = ""  # when set, every translate request must carry it
+    decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults a request may override
+
+
 # ---------------------------------------------------------------- the rules
 @dataclass(frozen=True)
 class Limit:

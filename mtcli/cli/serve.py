@@ -8,7 +8,17 @@ import click
 
 from mtcli.cli.console import console
 from mtcli.cli.options import FiniteRange, build_decode_config, decode_options, engine_option
+from mtcli.config import ServeConfig
 from mtcli.errors import UserError
+
+SERVE = ServeConfig()  # the defaults of the server's limits
+
+
+def _limit(name: str, default: int, help: str, low: int = 1):
+    """A server limit: a whole number of at least `low`."""
+    return click.option(
+        name, default=default, show_default=True, type=click.IntRange(min=low), help=help
+    )
 
 
 def _model_paths(models: tuple[str, ...]):
@@ -41,46 +51,16 @@ def _model_paths(models: tuple[str, ...]):
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
 @click.option(
     "--batch-wait-ms",
-    default=5.0,
+    default=SERVE.batch_wait_ms,
     show_default=True,
     type=FiniteRange(0, 1000),
     help="How long a batch waits for more requests.",
 )
-@click.option(
-    "--max-batch-tokens",
-    default=4000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Source tokens gathered into one batch.",
-)
-@click.option(
-    "--max-chars",
-    default=1000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Characters in one line.",
-)
-@click.option(
-    "--max-lines",
-    default=64,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Lines in one request.",
-)
-@click.option(
-    "--max-body",
-    default=256 * 1024,
-    show_default=True,
-    type=click.IntRange(min=64),
-    help="Bytes in one request body.",
-)
-@click.option(
-    "--queue-size",
-    default=64,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Requests waiting; beyond, 503 with Retry-After.",
-)
+@_limit("--max-batch-tokens", SERVE.batch_tokens, "Source tokens gathered into one batch.")
+@_limit("--max-chars", SERVE.max_chars, "Characters in one line.")
+@_limit("--max-lines", SERVE.max_lines, "Lines in one request.")
+@_limit("--max-body", SERVE.max_body, "Bytes in one request body.", low=64)
+@_limit("--queue-size", SERVE.queue_size, "Requests waiting; beyond, 503 with Retry-After.")
 @click.option(
     "--api-key",
     envvar="MTCLI_API_KEY",
@@ -117,7 +97,7 @@ def serve_command(
         raise UserError(f"mtcli serve needs {e.name}: pip install 'mtcli[serve]'") from None
     sock = serve.listening_socket(host, port)  # before torch and the models: see its docstring
     load = loader(paths, engine, device, threads, ready=lambda line: console.print(line, markup=False))  # fmt: skip
-    cfg = serve.ServeConfig(
+    cfg = ServeConfig(
         batch_wait_ms=batch_wait_ms, batch_tokens=max_batch_tokens, max_chars=max_chars,
         max_lines=max_lines, max_body=max_body, queue_size=queue_size, api_key=api_key,
         decode=decode_cfg,

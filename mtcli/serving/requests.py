@@ -7,27 +7,13 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from fastapi import Request
 from pydantic import BaseModel, Field, ValidationError
 
-from mtcli.config import ConfigError, DecodeConfig
+from mtcli.config import ConfigError, DecodeConfig, ServeConfig
 from mtcli.data.textio import invalid_utf8_at
-
-
-@dataclass
-class ServeConfig:
-    """Limits and batching of the server (the flags of `mtcli serve`)."""
-
-    batch_wait_ms: float = 5.0  # how long the worker waits for more requests to join a batch
-    batch_tokens: int = 4000  # source tokens gathered into one batch at most
-    max_chars: int = 1000  # characters in one line
-    max_lines: int = 64  # lines in one request (each q item may hold several)
-    max_body: int = 256 * 1024  # bytes in one request body
-    queue_size: int = 64  # requests waiting for the worker; beyond, 503 with Retry-After
-    api_key: str = ""  # when set, every translate request must carry it
-    decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults a request may override
 
 
 class ApiError(Exception):

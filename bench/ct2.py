@@ -45,9 +45,10 @@ if engine == "ctranslate2":
     t = CT2Translator(Path(model), cfg, threads=int(threads), quantize="int8" if int8 == "1" else "none")
 else:
     import torch
-    from mtcli.device import keep_freed_memory
+    from mtcli.device import keep_freed_memory, limit_kernel_caches
     torch.set_num_threads(int(threads))
-    keep_freed_memory()  # as mtcli translate does (engines.build.prepare_decoding)
+    limit_kernel_caches()  # as mtcli translate does (engines.build.prepare_decoding)
+    keep_freed_memory()
     from mtcli.store.checkpoint import load_model
     from mtcli.engines.translator import Translator, quantize_int8
     loaded = load_model(model)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]
 
 from bench.common import REPO, SHARED, SHIPPED, peak_rss_mb, read_lines, timed, write_result  # noqa: E402
 from mtcli.config import DecodeConfig  # noqa: E402
-from mtcli.device import keep_freed_memory  # noqa: E402
+from mtcli.device import keep_freed_memory, limit_kernel_caches  # noqa: E402
 from mtcli.engines.translator import Translator, quantize_int8  # noqa: E402
 from mtcli.store.checkpoint import load_model  # noqa: E402
 from mtcli.training.metrics import bleu  # noqa: E402
@@ -87,7 +87,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as mtcli translate does
+    limit_kernel_caches()  # as mtcli translate does (engines.build.prepare_decoding)
+    keep_freed_memory()
     loaded = load_model(args.model)
     lines = read_lines(SHARED / "tatoeba-en-zh" / "test.en", args.lines)
     refs = read_lines(SHARED / "tatoeba-en-zh" / "test.zh", args.lines)

@@ -24,6 +24,7 @@ from bench.common import SHARED, peak_rss_mb, read_lines, timed, write_result  #
 from mtcli.config import DecodeConfig, ModelConfig, TrainConfig  # noqa: E402
 from mtcli.data.prepare import PrepareOptions, prepare  # noqa: E402
 from mtcli.data.tokenizer import TokenizerOptions, train_tokenizer  # noqa: E402
+from mtcli.device import limit_kernel_caches  # noqa: E402
 from mtcli.engines.translator import Translator  # noqa: E402
 from mtcli.store.checkpoint import load_model  # noqa: E402
 from mtcli.training.loop import train  # noqa: E402
@@ -34,6 +35,7 @@ def run_quality(
     corpus: str, minutes: float, vocab_size: int, precision: str, attention: str = "dot"
 ) -> dict:
     """Train the default model for `minutes`, then score the test set; the result record."""
+    limit_kernel_caches()  # as `mtcli train` does: before oneDNN first runs
     work = Path(tempfile.mkdtemp(prefix=f"mtcli-bench-{corpus}-"))
     manifest = prepare(corpus, work / "data", PrepareOptions(from_dir=str(SHARED / corpus / "raw")))
     data = work / "data"

@@ -40,6 +40,7 @@ from mtcli.config import (  # noqa: E402
 from mtcli.data.batches import collate, epoch_batches, load_corpus  # noqa: E402
 from mtcli.data.parallel_text import read_parallel  # noqa: E402
 from mtcli.data.tokenizer import TokenizerOptions, train_tokenizer  # noqa: E402
+from mtcli.device import limit_kernel_caches  # noqa: E402
 from mtcli.model.linear import Linear  # noqa: E402
 from mtcli.model.transformer import Seq2Seq  # noqa: E402
 from mtcli.training.loop import Precision, lr_at, make_optimizer  # noqa: E402
@@ -155,6 +156,7 @@ def time_training(
 
 
 def main() -> None:
+    limit_kernel_caches()  # as `mtcli train` does: before oneDNN first runs
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup-steps", type=int, default=10)

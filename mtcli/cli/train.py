@@ -1,4 +1,4 @@
-"""`mtcli train`: flags and TOML into a TrainConfig, progress on stderr, then `train.train`.
+"""`mtcli train`: flags and TOML into a TrainConfig, progress on stderr, then `training.loop.train`.
 
 Settings come in layers, each checked before any work starts: the defaults, then what the
 run being continued recorded (or the --init model's shape), then --config, then the flags.

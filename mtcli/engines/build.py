@@ -37,9 +37,8 @@ def _quiet(message: str) -> None:
 class EngineOptions:
     """How to translate, beyond the models and the decode settings (defaults: mtcli's engine)."""
 
-    engine: str = (
-        "mtcli"  # or "ctranslate2": a model exported with `mtcli export --format ctranslate2`
-    )
+    # "mtcli", or "ctranslate2": a model exported with `mtcli export --format ctranslate2`
+    engine: str = "mtcli"
     device: str | torch.device = "auto"  # auto | cpu | cuda; loaded models: the one they are on
     threads: int = 0  # CPU threads (0 = all available)
     quantize: str = "none"  # int8: dynamic quantization of the Linear layers

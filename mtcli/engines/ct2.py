@@ -1,4 +1,4 @@
-"""Translate with a model exported to CTranslate2 (ct2_export.py): `mtcli translate --engine
+"""Translate with a model exported to CTranslate2 (store/ct2_export.py): `mtcli translate --engine
 ctranslate2`. Imports ctranslate2 and sentencepiece, never torch.
 
 It gives the same lines-in, lines-out behaviour as mtcli's Translator (source pieces + </s>,

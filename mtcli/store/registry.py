@@ -1,4 +1,4 @@
-"""Which models are installed, and which one translates a line.
+"""Which models are installed, where they are found, and which one a name or a direction means.
 
 Models are found by name in the folders of $MTCLI_MODEL_PATH (colon-separated, searched
 first) and then among the shipped models, which travel inside the package (mtcli/models in a

@@ -1,6 +1,8 @@
 """The `mtcli` command line: each subcommand parses flags, builds a config, calls one function.
 
-stdout carries results only; progress, logs and colour go to stderr (see console.py).
+stdout carries results only; progress, logs and colour go to stderr (see console.py). May
+import every other part of mtcli, and is the only part that imports rich or click; nothing
+imports it (but `python -m mtcli`).
 """
 
 from __future__ import annotations

@@ -268,3 +268,12 @@ def check_replaceable(
     raise UserError(
         f"{option} {path}: {what}; mtcli will not replace it (--force to replace it anyway)"
     )
+
+
+def cache_dir() -> Path:
+    """Where downloads stay between runs: $MTCLI_CACHE, else $XDG_CACHE_HOME/mtcli, else
+    ~/.cache/mtcli (the place sacrebleu and pip also use for theirs)."""
+    if env := os.environ.get("MTCLI_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "mtcli"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mtcli.config import EOS_ID, PAD_ID, DecodeConfig
-from mtcli.data.glossary import Glossary, phrase_ids
+from mtcli.text.glossary import Glossary, phrase_ids
 from mtcli.decoding.constraints import Progress, allocate, constrained_beam_search
 from mtcli.decoding.stepper import max_output_lengths
 from mtcli.engines.translator import Translator

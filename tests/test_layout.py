@@ -21,12 +21,13 @@ MAY_IMPORT = {
     "config": {"device"},
     "settings": {"config", "errors"},
     "data": BASE,
+    "text": {"data"} | BASE,
     "model": {"config"},
     "decoding": {"model", "config"},
     "store": {"model", "data"} | BASE,
-    "engines": {"decoding", "model", "store", "data"} | BASE,
-    "training": {"engines", "decoding", "model", "store", "data"} | BASE,
-    "serving": {"engines", "store", "data"} | BASE,
+    "engines": {"text", "decoding", "model", "store", "data"} | BASE,
+    "training": {"engines", "text", "decoding", "model", "store", "data"} | BASE,
+    "serving": {"engines", "text", "store", "data"} | BASE,
 }
 CLI_ONLY = {"rich", "click"}  # the terminal's: the library reports through callbacks
 LONGEST_FUNCTION = 60  # lines, signature and docstring included

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.data.language import source_language
+from mtcli.text.language import source_language
 from mtcli.engines.result import Translation
 from mtcli.engines.routing import Router
 from mtcli.store import registry
@@ -34,14 +34,21 @@ SHIPPED = REPO / "models"
         ("我们为什么工作？", "zh"),
         ("我爱Python", "zh"),  # 2 Han characters, 1 Latin word
         ("I love 北京 and Paris", "en"),  # 2 Han characters, 4 Latin words
-        ("Ça va très bien.", "en"),  # not Han: the en->X model
+        ("Ça va très bien.", "fr"),  # three Latin words or more: py3langid's call
+        ("Hi.", "en"),  # shorter: English (py3langid cannot tell short lines apart)
+        ("Wo ist der Bahnhof?", "de"),
+        ("Где находится вокзал?", "ru"),
+        ("역이 어디에 있어요?", "ko"),
+        ("京都に行きたいです。", "ja"),  # kana: Japanese, whatever its kanji
+        ("请访问 https://example.com 。", "zh"),  # the URL's Latin says nothing
         ("🙂🙂 !!", None),
         ("12345 + 678", None),
         ("", None),
     ],
 )
 def test_source_language_by_hand(line, language):
-    """Han characters that outnumber Latin words make a line Chinese; no letters at all: None."""
+    """Han characters that outnumber Latin words make a line Chinese (kana: Japanese; Hangul:
+    Korean); Latin lines of three words or more are py3langid's; no letters at all: None."""
     assert source_language(line) == language
 
 

@@ -40,7 +40,7 @@ def attention_command(
     cfg = build_decode_config(**decode)
     check_output_file(png, "--png", force)
     model_dir = model_for_text(model, [sentence])
-    options = EngineOptions(device=device, threads=threads, align=True)
+    options = EngineOptions(device=device, threads=threads, align=True, text_layer=False)
     result = build_translator([model_dir], cfg, options).translate_chunk([sentence])[0]
     if result.attention is None:
         raise UserError("SENTENCE is empty: there is nothing to attend to")

@@ -159,7 +159,7 @@ def _check_combinations(fmt, sample, sampling, trace, align, glossary) -> None:
 def _glossary(path: str | None):
     if not path:
         return None
-    from mtcli.data.glossary import Glossary
+    from mtcli.text.glossary import Glossary
 
     return Glossary.load(path)
 

@@ -2,7 +2,7 @@
 
 Writes DIR/{train,valid,test}.{src,tgt} (+ .attr where the corpus has attribution) and
 DIR/manifest.json, all at once: the directory is built aside and swapped in whole. Downloads
-are kept in the cache folder (see `cache_dir`), not in DIR. Knows nothing about models.
+are kept in the cache folder (see `mtcli.files.cache_dir`), not in DIR. Knows nothing about models.
 Reports progress through a callback.
 """
 
@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtcli.errors import UserError
-from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
+from mtcli.files import (
+    cache_dir,
+    check_replaceable,
+    clean_leftovers,
+    replace_dir,
+    temp_dir_beside,
+)
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
@@ -328,15 +334,6 @@ class PrepareOptions:
     seed: int = 1234
     verify: bool = True  # check recorded checksums
     force: bool = False  # replace an --out that is not a prepared corpus
-
-
-def cache_dir() -> Path:
-    """Where downloads stay between runs: $MTCLI_CACHE, else $XDG_CACHE_HOME/mtcli, else
-    ~/.cache/mtcli (the place sacrebleu and pip also use for theirs)."""
-    if env := os.environ.get("MTCLI_CACHE"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "mtcli"
 
 
 def fetch_raw(spec: CorpusSpec, opts: PrepareOptions, cache: Path, progress: Progress) -> Path:

@@ -103,9 +103,15 @@ def constrained_beam_search(
     max_len_a: float = 1.5,
     max_len_b: int = 10,
     nbest: int = 1,
+    prefix: list[int] | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[Hypothesis]:
     """The best outputs of one sentence (src_ids (1, S)) that contain every phrase of token
-    ids. Empty when no hypothesis could fit them within the length limit."""
+    ids, each starting with `prefix` (forced, and counted towards the phrases it holds), none
+    repeating an n-gram of `no_repeat_ngram` tokens. Empty when no hypothesis could fit them
+    within the length limit. A beam of 1 works: its one slot goes to the hypothesis furthest
+    through the phrases."""
+    prefix = prefix or []
     device, k = src_ids.device, beam_size
     extra = sum(len(p) for p in phrases)  # room for the phrases beyond the usual length
     limit = output_limit(models)
@@ -117,6 +123,10 @@ def constrained_beam_search(
     for step in range(max_len + 1):
         tokens = torch.tensor([b[0] for b in beams], dtype=torch.long, device=device)
         log_probs = stepper(tokens.view(len(beams), step))  # (beams, V)
+        if step < len(prefix):  # the prefix's token alone, wherever the beam is
+            log_probs = _only(log_probs, prefix[step])
+        if no_repeat_ngram:
+            log_probs = _no_repeats(log_probs, [b[0] for b in beams], no_repeat_ngram)
         candidates = _candidates(beams, log_probs, phrases, k, last=step == max_len)
         # finished hypotheses leave the beam; the rest are banked by constraint tokens met
         by_bank: dict[int, list[tuple[float, int, int, Progress]]] = {}
@@ -137,6 +147,29 @@ def constrained_beam_search(
         beams = [(beams[row][0] + [token], raw, progress) for raw, row, token, progress in chosen]
         stepper.select(torch.tensor([row for _, row, _, _ in chosen], device=device))
     return finished[:nbest]
+
+
+def _only(log_probs: Tensor, token: int) -> Tensor:
+    """(beams, V) with every token but `token` at -inf."""
+    forced = torch.full_like(log_probs, NEG_INF)
+    forced[:, token] = log_probs[:, token]
+    return forced
+
+
+def _no_repeats(log_probs: Tensor, outputs: list[list[int]], n: int) -> Tensor:
+    """(beams, V) with -inf for each token that would repeat an n-gram of its beam's output
+    (the rule of steering.StepRules, on one sentence's beams)."""
+    log_probs = log_probs.clone()
+    for row, seq in enumerate(outputs):
+        if len(seq) < n - 1:
+            continue
+        tail = tuple(seq[len(seq) - n + 1 :]) if n > 1 else ()
+        banned = {
+            seq[i + n - 1] for i in range(len(seq) - n + 1) if tuple(seq[i : i + n - 1]) == tail
+        }
+        if banned:
+            log_probs[row, list(banned)] = NEG_INF
+    return log_probs
 
 
 def _candidates(

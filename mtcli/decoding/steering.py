@@ -40,17 +40,18 @@ class StepRules:
             log_probs = torch.where(forced != PAD_ID, only, log_probs)
         n = self.no_repeat_ngram
         if n > 0 and tokens.size(1) >= n - 1:
-            history = tokens.tolist()
-            for row, seq in enumerate(history):
-                tail = tuple(seq[len(seq) - n + 1 :]) if n > 1 else ()
-                banned = {
-                    seq[i + n - 1]
-                    for i in range(len(seq) - n + 1)
-                    if tuple(seq[i : i + n - 1]) == tail
-                }
-                if banned:
+            for row, seq in enumerate(tokens.tolist()):
+                if banned := repeating_tokens(seq, n):
                     log_probs[row, list(banned)] = NEG_INF
         return log_probs
+
+
+def repeating_tokens(seq: list[int], n: int) -> set[int]:
+    """The tokens that would end an n-gram `seq` already holds (fairseq's no-repeat rule)."""
+    if len(seq) < n - 1:
+        return set()
+    tail = tuple(seq[len(seq) - n + 1 :]) if n > 1 else ()
+    return {seq[i + n - 1] for i in range(len(seq) - n + 1) if tuple(seq[i : i + n - 1]) == tail}
 
 
 NO_RULES = StepRules()

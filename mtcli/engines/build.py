@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mtcli.config import DecodeConfig
-from mtcli.data.glossary import Glossary, phrase_ids
-from mtcli.data.language import majority_language, source_language
+from mtcli.config import UNK_ID, DecodeConfig
 from mtcli.engines.routing import ChunkTranslator, Router
 from mtcli.errors import UserError
 from mtcli.store import registry
+from mtcli.text.glossary import Glossary, phrase_ids
+from mtcli.text.language import majority_language, source_language
+from mtcli.text.layer import TextLayer
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +47,9 @@ class EngineOptions:
     trace: bool = False  # record every step of the search
     glossary: Glossary | None = None  # terms each translation must contain
     warn: Callable[[str], None] = _quiet  # one-line warnings (truncation, pass-through)
+    # real text around the model (text/layer.py): sentences, kept spans, casing; off where the
+    # model's own view of the exact input is wanted (attention maps, validation)
+    text_layer: bool = True
 
 
 def build_translator(
@@ -81,11 +85,26 @@ def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, dev
 
     loaded = load_ensemble(models, device) if isinstance(models[0], Path) else list(models)
     nets = [quantize_int8(m.model) if options.quantize == "int8" else m.model for m in loaded]
-    tokenizer = loaded[0].tokenizer
-    return Translator(
+    tokenizer, first = loaded[0].tokenizer, loaded[0]
+    translator = Translator(
         nets, tokenizer, cfg, device=device, warn=options.warn, align=options.align,
-        trace=options.trace, constraints=_constraints(options.glossary, loaded[0]),
+        trace=options.trace, constraints=_constraints(options.glossary, first),
+        tgt_lang=first.tgt_lang,
     )  # fmt: skip
+    if not options.text_layer:
+        return translator
+    return TextLayer(
+        translator, src_lang=first.src_lang, tgt_lang=first.tgt_lang,
+        can_write=lambda s: writes_exactly(tokenizer, s),
+        count_tokens=lambda s: len(tokenizer.encode_src(s)), max_tokens=translator.truncate.limit,
+        warn=options.warn,
+    )  # fmt: skip
+
+
+def writes_exactly(tokenizer, text: str) -> bool:
+    """Whether the target vocabulary writes `text` back exactly (no piece unknown to it)."""
+    ids = tokenizer.encode_tgt(text)
+    return UNK_ID not in ids and tokenizer.decode_tgt(ids) == text
 
 
 def _constraints(glossary: Glossary | None, loaded) -> Callable[[str], list[list[int]]] | None:
@@ -116,9 +135,17 @@ def _ct2_translator(models: list, cfg: DecodeConfig, options: EngineOptions) -> 
         raise UserError(
             "--engine ctranslate2 needs -m DIR (a model exported with `mtcli export --format ctranslate2`)"
         )
-    return CT2Translator(
+    translator = CT2Translator(
         Path(models[0]), cfg, threads=options.threads, quantize=options.quantize, warn=options.warn
     )
+    if not options.text_layer:
+        return translator
+    # no constrained search here: spans go through as they are, and the layer names any lost
+    return TextLayer(
+        translator, src_lang=translator.src_lang, tgt_lang=translator.tgt_lang,
+        can_write=lambda s: True, count_tokens=lambda s: len(translator.src.encode(s)),
+        max_tokens=translator.max_src_tokens, warn=options.warn,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- which model

@@ -64,6 +64,7 @@ class CT2Translator:
         self.src = spm.SentencePieceProcessor(model_file=str(path / tok["src_model"]))
         self.tgt = spm.SentencePieceProcessor(model_file=str(path / tok["tgt_model"]))
         self.max_src_tokens = int(meta["max_positions"]) - 1
+        self.src_lang, self.tgt_lang = meta["src_lang"], meta["tgt_lang"]
         self.cfg, self.warn = cfg, warn
         self.truncate = Truncator(self.max_src_tokens, warn)
         threads = threads or available_cpus()
@@ -78,8 +79,13 @@ class CT2Translator:
         return self.truncate(self.src.encode(line, out_type=str))[0] + ["</s>"]
 
     def translate_chunk(
-        self, lines: list[str], prefixes: list[str | None] | None = None
+        self,
+        lines: list[str],
+        prefixes: list[str | None] | None = None,
+        keep: list[list[str]] | None = None,
     ) -> list[Translation]:
+        """As mtcli's Translator; `keep` is not enforced (CTranslate2 has no constrained
+        search): the text layer checks the outputs and names what was lost."""
         results = [Translation(line, "", 0.0) for line in lines]
         rows = [i for i, line in enumerate(lines) if line.strip()]
         if not rows:

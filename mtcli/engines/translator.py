@@ -22,6 +22,7 @@ from mtcli.decoding.stepper import Hypothesis, Models, as_list, output_limit
 from mtcli.engines.result import AttentionMaps, Translation
 from mtcli.engines.routing import Truncator, stream
 from mtcli.model.transformer import Seq2Seq
+from mtcli.text.glossary import phrase_ids
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
@@ -68,12 +69,15 @@ class Translator:
         align: bool = False,
         trace: bool = False,
         constraints: Callable[[str], list[list[int]]] | None = None,
+        tgt_lang: str = "",
     ):
         if cfg.sample and (align or trace):
             raise ValueError("sampling records no attention or search steps: no align or trace")
         self.models = [m.eval() for m in as_list(model)]
         # the target phrases (token ids) a line's translation must contain: a glossary's terms
         self.constraints = constraints
+        self.tgt_lang = tgt_lang  # how a kept string is written inside a target sentence
+        self.constrains = True  # translate_chunk's `keep` is enforced (text/layer.py asks)
         self.tokenizer, self.cfg = tokenizer, cfg
         self.align = align  # record attention while decoding and turn it into word alignments
         self.trace = trace  # record every step of the search (Translation.trace)
@@ -138,10 +142,16 @@ class Translator:
             yield batch
 
     def translate_chunk(
-        self, lines: list[str], prefixes: list[str | None] | None = None
+        self,
+        lines: list[str],
+        prefixes: list[str | None] | None = None,
+        keep: list[list[str]] | None = None,
     ) -> list[Translation]:
         """Translate a list of lines, sorted internally by length, returned in input order.
-        `prefixes[i]`, when given, is text line i's translation must start with."""
+        `prefixes[i]`, when given, is text line i's translation must start with; `keep[i]`,
+        strings it must contain as they are (text/spans.py's spans). A line with glossary
+        terms or strings to keep is decoded with constrained search, one at a time; the text
+        layer asks for `keep` only where a free translation lost them."""
         results: list[Translation | None] = [None] * len(lines)
         encoded = []
         for i, line in enumerate(lines):
@@ -153,8 +163,13 @@ class Translator:
                 prefix = prefixes[i] if prefixes else None
                 prefix_ids = self.tokenizer.encode_tgt(prefix) if prefix else []
                 encoded.append((i, *self.encode(text), prefix_ids))
-        if self.constraints is not None:
-            encoded = self._constrained(lines, encoded, results)
+        if self.constraints is not None or keep:
+            encoded = self._constrained(lines, encoded, results, keep)
+        self._translate_batches(lines, encoded, results)
+        return results  # type: ignore[return-value]
+
+    def _translate_batches(self, lines: list[str], encoded: list, results: list) -> None:
+        """The free translations of `encoded`, in length-sorted batches, into `results`."""
         lengths = [len(ids) for _, ids, _, _ in encoded]
         for batch in self._batches(lengths):
             tracer = Tracer() if self.trace else None
@@ -169,37 +184,70 @@ class Translator:
                 if tracer is not None:
                     results[i].trace = self._readable(_steps_of(tracer, position))
                 if self.align and hyps:
-                    attention = self._attention(src_ids, hyps[0])
-                    results[i].attention = attention
-                    results[i].alignment = align_words(
-                        attention.cross_mean(), attention.source[:-1], attention.target[:-1],
-                        tgt_has_spaces=" " in best_text,
-                    )  # fmt: skip
-        return results  # type: ignore[return-value]
+                    self._add_alignment(results[i], src_ids, hyps[0])
 
-    def _constrained(self, lines: list[str], encoded: list, results: list) -> list:
-        """Translate the lines whose constraints are not empty one by one with constrained
-        beam search (into `results`); return the others, for the usual batches untouched."""
+    def _add_alignment(self, result: Translation, src_ids: list[int], hyp: Hypothesis) -> None:
+        attention = self._attention(src_ids, hyp)
+        result.attention = attention
+        result.alignment = align_words(
+            attention.cross_mean(), attention.source[:-1], attention.target[:-1],
+            tgt_has_spaces=" " in result.text,
+        )  # fmt: skip
+
+    def _constrained(self, lines: list[str], encoded: list, results: list, keep) -> list:
+        """Translate the lines that have glossary terms or strings to keep one by one with
+        constrained beam search (into `results`); return the others, for the usual batches
+        untouched."""
         plain = []
         for item in encoded:
-            i, src_ids, truncated, _ = item
-            phrases = [p for p in self.constraints(lines[i]) if p]
+            i = item[0]
+            terms = [p for p in self.constraints(lines[i]) if p] if self.constraints else []
+            phrases = terms + self._phrases(keep, i)
             if not phrases:
                 plain.append(item)
-                continue
-            src = torch.tensor([src_ids], device=self.device)
-            hyps = constrained_beam_search(
-                self.models, src, src != PAD_ID, phrases, beam_size=max(self.cfg.beam_size, 2),
-                alpha=self.cfg.length_penalty, max_len_a=self.cfg.max_len_a,
-                max_len_b=self.cfg.max_len_b, nbest=self.cfg.nbest,
-            )  # fmt: skip
-            if not hyps:  # the phrases did not fit in the length limit: translate freely
-                self.warn(f"line {i + 1}: its glossary terms did not fit; translated without them")
+            elif not self._decode_constrained(lines, item, results, phrases):
+                # the phrases did not fit in the length limit: translate freely
+                if terms:
+                    self.warn(f"line {i + 1}: its glossary terms did not fit; translated without them")  # fmt: skip
                 plain.append(item)
-                continue
-            texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]
-            results[i] = Translation(lines[i], texts[0][0], texts[0][1], texts, truncated)
         return plain
+
+    def _phrases(self, keep, i: int) -> list[list[int]]:
+        """Target token ids of line i's strings to keep, as they appear inside a sentence."""
+        spaced = self.tgt_lang not in ("zh", "ja")
+        return [ids for s in (keep[i] if keep else []) if (ids := phrase_ids(self.tokenizer, s, spaced))]  # fmt: skip
+
+    def _decode_constrained(self, lines, item, results, phrases) -> bool:
+        """Line `item` by constrained beam search into `results`; False when nothing fits."""
+        i, src_ids, truncated, prefix_ids = item
+        src = torch.tensor([src_ids], device=self.device)
+        cfg = self.cfg
+        hyps = constrained_beam_search(
+            self.models, src, src != PAD_ID, phrases, beam_size=cfg.beam_size,
+            alpha=cfg.length_penalty, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
+            nbest=cfg.nbest, prefix=prefix_ids, no_repeat_ngram=cfg.no_repeat_ngram,
+        )  # fmt: skip
+        if not hyps:
+            return False
+        texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]
+        results[i] = Translation(lines[i], texts[0][0], texts[0][1], texts, truncated)
+        if self.align:  # the attention of that very output: forced through greedy search
+            self._add_alignment(results[i], src_ids, self._forced(src_ids, hyps[0].tokens))
+        return True
+
+    def _forced(self, src_ids: list[int], tokens: list[int]) -> Hypothesis:
+        """`tokens` decoded as the output of `src_ids`, recording its attention."""
+        src = torch.tensor([src_ids], device=self.device)
+        forced = torch.tensor([tokens + [EOS_ID]], device=self.device)
+        return greedy(
+            self.models,
+            src,
+            src != PAD_ID,
+            max_len_a=0,
+            max_len_b=len(tokens) + 1,
+            with_attention=True,
+            rules=StepRules(forced),
+        )[0]
 
     def _attention(self, src_ids: list[int], hyp: Hypothesis) -> AttentionMaps:
         src_pieces = [self.tokenizer.src.id_to_piece(i) for i in src_ids[:-1]] + ["</s>"]

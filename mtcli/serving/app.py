@@ -32,7 +32,6 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mtcli.config import DecodeConfig
-from mtcli.data.language import majority_language
 from mtcli.engines.result import Translation, translation_record
 from mtcli.engines.routing import route
 from mtcli.errors import UserError
@@ -51,6 +50,7 @@ from mtcli.serving.requests import (
     read_fields,
     request_decode,
 )
+from mtcli.text.language import majority_language
 
 PAGE = Path(__file__).resolve().parent / "web" / "index.html"
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mtcli.config import DecodeConfig
-from mtcli.data.language import source_language
 from mtcli.engines.build import EngineOptions, build_translator
 from mtcli.engines.result import Translation
 from mtcli.serving.requests import ApiError
+from mtcli.text.language import source_language
 
 LANGUAGE_NAMES = {"en": "English", "zh": "Chinese", "de": "German", "fr": "French"}
 
@@ -119,7 +119,7 @@ def ct2_served(path: Path, threads: int) -> Served:
     from mtcli.engines.ct2 import ct2_languages
 
     options = EngineOptions(engine="ctranslate2", threads=threads)
-    probe = build_translator([path], DecodeConfig(), options)
+    probe = build_translator([path], DecodeConfig(), replace(options, text_layer=False))
 
     def make(cfg: DecodeConfig, align: bool):
         if align:

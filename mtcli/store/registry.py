@@ -3,7 +3,7 @@
 Models are found by name in the folders of $MTCLI_MODEL_PATH (colon-separated, searched
 first) and then among the shipped models, which travel inside the package (mtcli/models in a
 wheel; the top-level models/ of a source checkout). Which language a line is in is
-mtcli.data.language's to say.
+mtcli.text.language's to say.
 
 Stdlib only: listing models and choosing one reads config.json and the model card, no weights.
 """

@@ -72,7 +72,7 @@ def validate_bleu(
     """BLEU of greedy translations of the first validation lines."""
     model.eval()
     loaded = LoadedModel(model, tokenizer, {}, Path())
-    options = EngineOptions(device=device)
+    options = EngineOptions(device=device, text_layer=False)  # the model, on its own lines
     translator = build_translator([loaded], DecodeConfig(beam_size=1), options)
     hyps = [t.text for t in translator.translate_chunk(sources)]
     model.train()

@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtcli.data.language import HAN
 from mtcli.data.textio import read_lines
 from mtcli.errors import UserError
+from mtcli.text.language import HAN
 
 
 @dataclass

@@ -1,0 +1,155 @@
+"""The language of a line of text, and the language most lines of a text are in.
+
+First the script, which settles most languages at no cost: kana is Japanese (with kanji or
+without), Hangul Korean, Han without kana Chinese, and Greek, Arabic, Hebrew, Thai and
+Devanagari each name their language. Latin and Cyrillic lines of three words or more go to
+py3langid (langid.py's model, shipped in its wheel, offline), restricted to the languages it
+tells apart on short lines; its answer replaces English only when it is confident, since
+the cost of the two mistakes differs: an English line called German is not translated at
+all, a German line called English is translated badly. A line without letters has no
+language (it is left as it is).
+
+py3langid decompresses its 4.6 MB model in ~0.5 s; the part mtcli asks about is kept in the
+cache folder after the first use (~0.06 s to load), and is loaded only for a line that needs
+it, so `mtcli translate "Hello."` never waits for it. Stdlib only at import.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+import threading
+import unicodedata
+from collections.abc import Iterable
+
+HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef]")
+KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
+HANGUL = re.compile(r"[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
+LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+")
+CYRILLIC = re.compile(r"[\u0400-\u04ff]")
+# scripts that name one language (the language most written in them)
+SCRIPT_LANGUAGES = {
+    "el": re.compile(r"[\u0370-\u03ff]"),
+    "ar": re.compile(r"[\u0600-\u06ff]"),
+    "he": re.compile(r"[\u0590-\u05ff]"),
+    "th": re.compile(r"[\u0e00-\u0e7f]"),
+    "hi": re.compile(r"[\u0900-\u097f]"),
+}
+# what py3langid is asked to choose among, per script: languages it tells apart on lines of a
+# few words (measured on Tatoeba's and Multi30k's test lines, see tests/test_language.py)
+LATIN_LANGUAGES = ("en", "de", "fr", "es", "it", "pt", "nl")
+CYRILLIC_LANGUAGES = ("ru", "uk", "bg")
+MIN_WORDS = 3  # shorter Latin lines stay English: "Hi.", "OK." and "Go." are anyone's
+CONFIDENT = 0.9  # py3langid's probability needed to call a Latin line not English
+
+
+def source_language(line: str) -> str | None:
+    """The line's language code ('en', 'zh', 'de', 'ja', ...), None without letters. URLs,
+    addresses, placeholders and code say nothing of it: they are left out first."""
+    line = _without_spans(line)
+    han, kana = len(HAN.findall(line)), len(KANA.findall(line))
+    latin_words = LATIN_WORD.findall(line)
+    if kana:
+        return "ja"
+    if HANGUL.search(line) and len(HANGUL.findall(line)) >= han:
+        return "ko"
+    if han and han > len(latin_words):
+        return "zh"
+    for language, script in SCRIPT_LANGUAGES.items():
+        if len(script.findall(line)) > len("".join(latin_words)):
+            return language
+    if (cyrillic := len(CYRILLIC.findall(line))) and cyrillic > len("".join(latin_words)):
+        return _identified(line, CYRILLIC_LANGUAGES, default="ru", confident=0.0)
+    if han or any(unicodedata.category(c).startswith("L") for c in line):
+        if len(latin_words) < MIN_WORDS:
+            return "en"
+        return _identified(line, LATIN_LANGUAGES, default="en", confident=CONFIDENT)
+    return None
+
+
+def _without_spans(line: str) -> str:
+    if not any(c in line for c in "/@`{%<"):  # the usual line: no pattern can match
+        return line
+    from mtcli.text.spans import find_spans
+
+    spans = [s for s in find_spans(line) if s.kind != "number"]
+    for span in reversed(spans):
+        line = line[: span.start] + " " + line[span.end :]
+    return line
+
+
+def _identified(line: str, languages: tuple[str, ...], *, default: str, confident: float) -> str:
+    """py3langid's choice among `languages`, when its probability reaches `confident`."""
+    language, probability = _identifier(languages).classify(line)
+    return language if language != default and probability >= confident else default
+
+
+def majority_language(languages: Iterable[str | None]) -> tuple[str | None, float]:
+    """The language most of `languages` name (None ignored), and the share of them it holds;
+    (None, 0.0) when none names one. A tie goes to the language named first."""
+    named = [language for language in languages if language]
+    if not named:
+        return None, 0.0
+    top = max(dict.fromkeys(named), key=named.count)
+    return top, named.count(top) / len(named)
+
+
+# ---------------------------------------------------------------- py3langid, loaded once
+_loading = threading.Lock()
+
+
+@functools.cache
+def _identifier(languages: tuple[str, ...]):
+    """py3langid's identifier over `languages`, from the cache folder when it is there."""
+    from py3langid.langid import LanguageIdentifier
+
+    with _loading:
+        arrays = _restricted_model(languages)
+    return LanguageIdentifier(
+        arrays["ptc"], arrays["pc"], arrays["classes"].tolist(), _array(arrays["nextmove"]),
+        arrays["out_feat"].tolist(), norm_probs=True, tk_row=_array(arrays["nextmove_row"]),
+    )  # fmt: skip
+
+
+def _restricted_model(languages: tuple[str, ...]) -> dict:
+    """The model's arrays for `languages` only: read from the cache, or made from py3langid's
+    compressed model and written there (atomically; an unwritable cache is only slower)."""
+    import numpy as np
+    import py3langid
+    from py3langid.langid import MODEL_DIR, MODEL_FILE
+    from py3langid.modelio import load_model
+
+    from mtcli.files import cache_dir, write_file_atomic
+
+    path = cache_dir() / f"langid-{py3langid.__version__}-{'-'.join(languages)}.npz"
+    try:
+        with np.load(path, allow_pickle=False) as cached:  # plain arrays: no code in it
+            return {name: cached[name] for name in cached.files}
+    except (OSError, ValueError, KeyError):
+        pass
+    ptc, pc, classes, nextmove, row, output = load_model(MODEL_DIR / MODEL_FILE)
+    keep = [classes.index(language) for language in languages]
+    arrays = {
+        "ptc": np.ascontiguousarray(ptc[:, keep]), "pc": pc[keep], "classes": np.array(languages),
+        "nextmove": np.frombuffer(nextmove, dtype=f"u{nextmove.itemsize}"),
+        "nextmove_row": np.frombuffer(row, dtype=f"u{row.itemsize}"),
+        "out_feat": np.asarray(output, dtype=np.int32),
+    }  # fmt: skip
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file_atomic(path, buffer.getvalue())
+    except OSError:
+        pass
+    return arrays
+
+
+def _array(values):
+    """A numpy array of unsigned ints as the stdlib array py3langid's automaton reads."""
+    from array import array
+
+    out = array({2: "H", 4: "I", 8: "L"}[values.dtype.itemsize])
+    out.frombytes(values.tobytes())
+    return out

@@ -1,0 +1,181 @@
+"""The text layer: real text in, the model's sentences out and back. Between the input (a line,
+a server's `q` line) and a translator of one model, it splits a line into sentences (and a
+sentence too long for the model at its clauses), gives ALL-CAPS and Title-Case sentences in
+sentence case, asks that numbers, URLs, e-mail addresses, placeholders and code spans come
+out as they went in (standing in for those the vocabulary cannot write), translates every
+sentence of the chunk in one call, and rejoins each line with the target's spacing and casing.
+
+A line of one plain sentence reaches the translator untouched, and its result comes back as
+the translator gave it (alignments, attention, trace, n-best): the layer costs a regex pass.
+Imports no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from mtcli.text.casing import casing_of, restyle, sentence_case
+from mtcli.text.sentences import fit, join_sentences, split_sentences
+from mtcli.text.spans import NUMBER, find_spans, lost_spans, renumbered, stand_in
+
+
+@dataclass
+class Segment:
+    """One sentence of a line as the translator sees it, and how to give its output back."""
+
+    text: str  # what is translated
+    casing: str = "plain"  # the source's casing, given back to a cased target
+    keep: list[str] = field(default_factory=list)  # strings the translation must contain
+    stand_ins: dict[str, str] = field(default_factory=dict)  # stand-in -> the span it holds
+
+
+class TextLayer:
+    """A translator of one model (src_lang -> tgt_lang) wrapped so real text comes out whole.
+
+    `can_write(s)`: whether the translator's vocabulary writes `s` exactly (else a stand-in
+    goes in its place); `count_tokens(s)`: source tokens of `s`, against `max_tokens`.
+    """
+
+    def __init__(
+        self,
+        inner,
+        *,
+        src_lang: str,
+        tgt_lang: str,
+        can_write: Callable[[str], bool],
+        count_tokens: Callable[[str], int],
+        max_tokens: int,
+        warn: Callable[[str], None] = lambda message: None,
+    ):
+        self.inner, self.src_lang, self.tgt_lang = inner, src_lang, tgt_lang
+        self.can_write, self.count_tokens, self.max_tokens = can_write, count_tokens, max_tokens
+        self.warn = warn
+
+    def translate_chunk(self, lines: list[str], prefixes: list[str | None] | None = None) -> list:
+        plans = [self.plan(line) for line in lines]
+        segments = [seg for segs in plans for seg in segs]
+        owner = [i for i, segs in enumerate(plans) for _ in segs]
+        wanted = None  # a line's prefix starts its first sentence
+        if prefixes:
+            firsts = {id(segs[0]) for segs in plans}
+            wanted = [
+                prefixes[i] if id(seg) in firsts else None
+                for seg, i in zip(segments, owner, strict=True)
+            ]
+        results = self.inner.translate_chunk([s.text for s in segments], wanted)
+        self._keep_spans(segments, results, wanted)
+        parts: list[list] = [[] for _ in lines]
+        for i, result in zip(owner, results, strict=True):
+            parts[i].append(result)
+        return [self._rebuild(line, plans[i], parts[i]) for i, line in enumerate(lines)]
+
+    def _keep_spans(self, segments: list[Segment], results: list, wanted) -> None:
+        """Where a free translation lost a span: its numbers put right where they pair up one
+        to one, else the sentence decoded again with the spans as constraints (mtcli's engine;
+        CTranslate2 has no constrained search, and what stays lost is named)."""
+        again = []
+        for j, (seg, result) in enumerate(zip(segments, results, strict=True)):
+            if seg.keep and lost_spans(result.text, seg.keep):
+                result.text = renumbered(result.text, [k for k in seg.keep if NUMBER.fullmatch(k)])
+                if lost_spans(result.text, seg.keep):
+                    again.append(j)
+        if again and getattr(self.inner, "constrains", False):
+            redone = self.inner.translate_chunk(
+                [segments[j].text for j in again], [wanted[j] for j in again] if wanted else None,
+                [segments[j].keep for j in again],
+            )  # fmt: skip
+            for j, result in zip(again, redone, strict=True):
+                results[j] = result
+
+    def plan(self, line: str) -> list[Segment]:
+        """The segments of a line: a sentence each (a long one cut at its clauses)."""
+        if not line.strip():
+            return [Segment(line)]
+        sentences = split_sentences(line, self.src_lang)
+        sentences = [part for s in sentences for part in fit(s, self.count_tokens, self.max_tokens)]
+        return [self._segment(s) for s in sentences]
+
+    def _segment(self, sentence: str) -> Segment:
+        """A sentence as the model is given it: in sentence case, its spans kept. A number the
+        vocabulary writes stays (the model reads it); any other span travels as a stand-in
+        number (a URL's pieces would only confuse the model, and a `%s` may be unwritable)."""
+        casing = casing_of(sentence) if self.src_lang == "en" else "plain"
+        spans = find_spans(sentence)
+        text = _sentence_case_around(sentence, spans) if casing != "plain" else sentence
+        segment = Segment(text, casing)
+        for n, span in enumerate(spans):
+            if span.kind == "number" and self.can_write(span.text):
+                segment.keep.append(span.text)
+                continue
+            word = stand_in(n, sentence)
+            segment.text = segment.text.replace(span.text, word, 1)
+            segment.stand_ins[word] = span.text
+            segment.keep.append(word)
+        return segment
+
+    def _rebuild(self, line: str, segments: list[Segment], parts: list):
+        """The line's translation (an engines.result.Translation) from its segments'."""
+        texts = [self._give_back(seg, part.text) for seg, part in zip(segments, parts, strict=True)]
+        if len(parts) == 1:
+            result = parts[0]
+            result.source = line
+            if texts[0] != result.text:
+                result.nbest = [(texts[0], result.score)] + [
+                    (self._give_back(segments[0], t, quiet=True), s) for t, s in result.nbest[1:]
+                ]
+                result.text = texts[0]
+            return result
+        text = join_sentences(texts, self.tgt_lang)
+        score = sum(p.score for p in parts) / len(parts)
+        traced = all(p.trace is not None for p in parts)
+        trace = [step for p in parts for step in p.trace] if traced else None
+        return replace(
+            parts[0], source=line, text=text, score=score, nbest=[(text, score)],
+            truncated=any(p.truncated for p in parts), alignment=_joined_alignment(parts),
+            trace=trace, attention=None,
+        )  # fmt: skip
+
+    def _give_back(self, segment: Segment, text: str, quiet: bool = False) -> str:
+        """Stand-ins replaced by their spans, and the source's casing where the target has it;
+        a span still missing is named in a warning."""
+        text = restyle(text, segment.casing, self.tgt_lang)
+        for word, span in segment.stand_ins.items():
+            text = text.replace(word, span)
+        wanted = [segment.stand_ins.get(k, k) for k in segment.keep]
+        if not quiet and (lost := lost_spans(text, wanted)):
+            self.warn(f"the translation of {segment.text!r} lost {', '.join(lost)}")
+        return text
+
+
+def _sentence_case_around(sentence: str, spans) -> str:
+    """The sentence in sentence case, its spans as they were written (a URL keeps its case)."""
+    out, start = [], 0
+    for span in spans:
+        out.append(sentence[start : span.start])
+        out.append("\0" * (span.end - span.start))
+        start = span.end
+    cased = sentence_case("".join(out) + sentence[start:])
+    for span in spans:
+        cased = cased[: span.start] + span.text + cased[span.end :]
+    return cased
+
+
+def _joined_alignment(parts: list) -> list[tuple[int, int]] | None:
+    """The sentences' word alignments as one line's: each sentence's word indices shifted by
+    the words of the sentences before it (counted from its attention maps' pieces as
+    decoding/alignment.py counts them: a word starts at '▁', or at every piece without spaces)."""
+    if any(p.alignment is None or p.attention is None for p in parts):
+        return None
+    joined, src_base, tgt_base = [], 0, 0
+    for p in parts:
+        joined += [(s + src_base, t + tgt_base) for s, t in p.alignment]
+        src_base += _words(p.attention.source[:-1], by_space=True)
+        tgt_base += _words(p.attention.target[:-1], by_space=" " in p.text)
+    return joined
+
+
+def _words(pieces: list[str], by_space: bool) -> int:
+    return sum(
+        1 for i, piece in enumerate(pieces) if not by_space or i == 0 or piece.startswith("▁")
+    )

@@ -1,0 +1,95 @@
+"""Spans of a line that a translation must keep byte for byte: text in backticks, URLs, e-mail
+addresses, the placeholders of software strings, and numbers as written.
+
+Found by patterns, most specific first, never overlapping. Also here: stand-ins for the spans a
+model's vocabulary cannot write (a `%s` where the tokenizer has no `%`), so the translator can
+be made to keep the stand-in and the span goes back in its place afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# most specific first: a URL's digits are the URL's, a placeholder's braces are not a number's
+PATTERNS = [
+    ("code", re.compile(r"`[^`\n]+`")),
+    ("url", re.compile(r"\b(?:https?://|www\.)[^\s<>\"'`]+[^\s<>\"'`.,;:!?)\]}]")),
+    ("email", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
+    (
+        "placeholder",
+        re.compile(
+            r"\{\{\s*[\w.]+\s*\}\}"  # {{name}}
+            r"|\$\{[\w.]+\}"  # ${name}
+            r"|\{[\w.]*\}"  # {name}, {0}, {}
+            r"|%(?:\d+\$)?[-+ 0#]*\d*(?:\.\d+)?[sdifuxXoeEgGc%]"  # printf: %s, %d, %1$s, %.2f
+            r"|%\(\w+\)[sdif]"  # python: %(name)s
+            r"|</?\d+/?>"  # <0>, </0>, <1/>
+        ),
+    ),  # fmt: skip
+    # digits not inside a Latin word (mp3, 3D); beside Chinese characters they count
+    ("number", re.compile(r"(?<![A-Za-z0-9_.,:])\d+(?:[.,:]\d+)*(?![A-Za-z0-9_])")),
+]
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+    kind: str  # code, url, email, placeholder, number
+    text: str
+
+
+def find_spans(line: str) -> list[Span]:
+    """The spans of `line` to keep, in order, none overlapping another."""
+    taken: list[Span] = []
+    for kind, pattern in PATTERNS:
+        for m in pattern.finditer(line):
+            if not any(m.start() < s.end and s.start < m.end() for s in taken):
+                taken.append(Span(m.start(), m.end(), kind, m.group()))
+    return sorted(taken, key=lambda s: s.start)
+
+
+def stand_in(index: int, line: str) -> str:
+    """A number for span `index` that the line does not hold: models copy digits (both sides
+    write them alike) and every vocabulary has them, so a `%s` the tokenizer cannot write
+    travels as 7301 and goes back in its place."""
+    number = 7301 + index
+    while str(number) in line:
+        number += 100
+    return str(number)
+
+
+NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+
+
+def renumbered(translation: str, source_numbers: list[str]) -> str:
+    """The translation with each number it wrote wrongly replaced by the source's number it
+    stands for: the numbers missing from the translation, in source order, for the numbers
+    it has that the source lacks, in order; only when they pair up one to one (a small model
+    writes 1987 as 198, or 42.50 as 1200, in the right place)."""
+    written = NUMBER.findall(translation)
+    lost = [
+        n for n in dict.fromkeys(source_numbers) if translation.count(n) < source_numbers.count(n)
+    ]
+    wrong = [n for n in written if n not in source_numbers]
+    if not lost or len(lost) != len(wrong):
+        return translation
+    out, start = [], 0
+    pairs = iter(zip(wrong, lost, strict=True))
+    bad, good = next(pairs)
+    for m in NUMBER.finditer(translation):
+        if m.group() == bad:
+            out += [translation[start : m.start()], good]
+            start = m.end()
+            bad, good = next(pairs, (None, None))
+    return "".join(out) + translation[start:]
+
+
+def lost_spans(translation: str, spans: list[str]) -> list[str]:
+    """The spans the translation lost (a span that occurs twice must occur twice)."""
+    missing = []
+    for text in dict.fromkeys(spans):
+        if translation.count(text) < spans.count(text):
+            missing.append(text)
+    return missing

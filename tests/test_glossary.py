@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from mtcli.config import EOS_ID, PAD_ID, DecodeConfig
-from mtcli.text.glossary import Glossary, phrase_ids
 from mtcli.decoding.constraints import Progress, allocate, constrained_beam_search
 from mtcli.decoding.stepper import max_output_lengths
 from mtcli.engines.translator import Translator
 from mtcli.errors import UserError
 from mtcli.store.checkpoint import load_model
+from mtcli.text.glossary import Glossary, phrase_ids
 from tests.conftest import REPO, TATOEBA
 from tests.test_decode import _peaked_model, _sequence_score
 

@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.text.language import source_language
 from mtcli.engines.result import Translation
 from mtcli.engines.routing import Router
 from mtcli.store import registry
 from mtcli.store.checkpoint import load_model
+from mtcli.text.language import source_language
 from tests.conftest import REPO
 
 SHIPPED = REPO / "models"

@@ -80,7 +80,8 @@ def test_libretranslate_shapes(client, copy_model_dir, copy_lines):
     )
     body = r.json()
     assert body["translatedText"] == "\n".join(want)
-    assert body["detectedLanguage"] == {"confidence": 100.0, "language": "en"}
+    detected = body["detectedLanguage"]  # letters of no language: English, not surely
+    assert detected["language"] == "en" and 0 < detected["confidence"] < 100
     assert client.get("/languages").json() == [{"code": "en", "name": "English", "targets": ["zh"]}]
 
 
@@ -126,9 +127,9 @@ JSON = {"Content-Type": "application/json"}
         ({"json": {"q": "a", "source": "en", "target": "de"}}, 400, "no model translates en->de"),
         ({"json": {"q": "a", "source": "en"}}, 400, "missing target"),
         (
-            {"json": {"q": "a", "source": "en", "target": "zh", "format": "html"}},
+            {"json": {"q": "a", "source": "en", "target": "zh", "format": "markdown"}},
             400,
-            "format 'html'",
+            "format 'markdown' is not supported; use text or html",
         ),  # fmt: skip
         ({"json": {"q": ["a"] * 9, "source": "en", "target": "zh"}}, 413, "9 lines in one request"),
         ({"json": {"q": "a" * 201, "source": "en", "target": "zh"}}, 413, "201 characters"),

@@ -104,12 +104,13 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     show_default=True,
     help="int8: dynamic quantization of the Linear layers (CPU).",
 )
+@click.option("--html", is_flag=True, help="Each line is HTML: tags kept around the words they enclosed.")  # fmt: skip
 @click.option("--align", is_flag=True, help="Add source-target word alignments (tsv: 4th column; jsonl).")  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
 @decode_options
 def translate_command(
     text, models, src_lang, tgt_lang, input_file, output_path, force, fmt, prefix, sample,
-    temperature, top_k, top_p, seed, glossary, trace, engine, quantize, align, quiet, device,
+    temperature, top_k, top_p, seed, glossary, trace, engine, quantize, html, align, quiet, device,
     threads, **decode,
 ) -> None:  # fmt: skip
     """Translate TEXT, or stdin line by line (one output line per input line).
@@ -119,29 +120,36 @@ def translate_command(
     characters) to zh->en, other text to en->zh; a line with no letters is left as it is.
     """
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    _check_combinations(fmt, sample, sampling, trace, align, glossary)
+    _check_combinations(fmt, sample, sampling, trace, align, glossary, html, prefix)
     cfg = build_decode_config(sample=sample, **sampling, **decode)
     reading = None if text else input_file or sys.stdin
     check_output_file(output_path, "--output", force, reading=reading)
     options = EngineOptions(
-        engine, device, threads, quantize, align, trace, _glossary(glossary), _warner(quiet)
-    )
+        engine, device, threads, quantize, align, trace, _glossary(glossary), _warner(quiet), html=html
+    )  # fmt: skip
     paths = [chosen_model(m) for m in models] or [chosen_model(None, src_lang, tgt_lang)]
     translator = build_translator(paths, cfg, options)
     lines = _input_lines(text, input_file, cfg.chunk_lines)
     with _output(output_path) as out, _progress(input_file, quiet) as advance:
         for chunk in chunks(lines, cfg.chunk_lines):
-            sources, prefixes = _split_inputs(chunk, fmt, prefix)
-            for result in translator.translate_chunk(sources, prefixes):
-                out.write(format_result(result, fmt) + "\n")
-                out.flush()  # a pipeline sees each line as soon as it is translated
-                if trace and fmt != "jsonl" and result.trace:
-                    console.print(render_trace(result), markup=False, soft_wrap=True)
+            for result in translator.translate_chunk(*_split_inputs(chunk, fmt, prefix)):
+                _write(out, result, fmt, trace)
                 advance()
 
 
-def _check_combinations(fmt, sample, sampling, trace, align, glossary) -> None:
+def _write(out, result, fmt: str, trace: bool) -> None:
+    out.write(format_result(result, fmt) + "\n")
+    out.flush()  # a pipeline sees each line as soon as it is translated
+    if trace and fmt != "jsonl" and result.trace:
+        console.print(render_trace(result), markup=False, soft_wrap=True)
+
+
+def _check_combinations(fmt, sample, sampling, trace, align, glossary, html, prefix) -> None:
     """Flags that cannot go together, refused before anything loads."""
+    if html and (sample or trace or align or prefix):
+        raise click.UsageError(
+            "--html places tags by word alignments: not with --sample, --trace, --align or --prefix"
+        )
     if align and fmt == "text":
         raise click.BadParameter("--align needs --format tsv or jsonl", param_hint="--align")
     if not sample and any(v is not None for v in sampling.values()):

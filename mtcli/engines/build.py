@@ -50,6 +50,7 @@ class EngineOptions:
     # real text around the model (text/layer.py): sentences, kept spans, casing; off where the
     # model's own view of the exact input is wanted (attention maps, validation)
     text_layer: bool = True
+    html: bool = False  # each line an HTML document: tags kept around the aligned words
 
 
 def build_translator(
@@ -87,7 +88,7 @@ def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, dev
     nets = [quantize_int8(m.model) if options.quantize == "int8" else m.model for m in loaded]
     tokenizer, first = loaded[0].tokenizer, loaded[0]
     translator = Translator(
-        nets, tokenizer, cfg, device=device, warn=options.warn, align=options.align,
+        nets, tokenizer, cfg, device=device, warn=options.warn, align=options.align or options.html,
         trace=options.trace, constraints=_constraints(options.glossary, first),
         tgt_lang=first.tgt_lang,
     )  # fmt: skip
@@ -97,7 +98,7 @@ def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, dev
         translator, src_lang=first.src_lang, tgt_lang=first.tgt_lang,
         can_write=lambda s: writes_exactly(tokenizer, s),
         count_tokens=lambda s: len(tokenizer.encode_src(s)), max_tokens=translator.truncate.limit,
-        warn=options.warn,
+        warn=options.warn, html=options.html,
     )  # fmt: skip
 
 
@@ -120,6 +121,7 @@ CT2_CANNOT = {  # what CTranslate2's engine cannot do, as the user asked for it
     "--glossary": lambda models, o: o.glossary is not None,
     "--trace": lambda models, o: o.trace,
     "--align": lambda models, o: o.align,
+    "--html (it gives no word alignments)": lambda models, o: o.html,
     "an ensemble (-m twice)": lambda models, o: len(models) > 1,
     "--device cuda": lambda models, o: o.device == "cuda",
 }

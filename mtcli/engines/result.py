@@ -41,6 +41,7 @@ class Translation:
     passthrough: bool = False  # no model translates this line (no letters): it is left as is
     attention: AttentionMaps | None = None  # with align=True
     trace: list[dict] | None = None  # with trace=True: every step of the search (JSON-ready)
+    pieces: list[str] | None = None  # with align=True: the output's pieces (what alignment counts)
 
 
 def translation_record(t: Translation, *, alignment: bool = True, attention: bool = False) -> dict:

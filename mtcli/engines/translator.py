@@ -188,7 +188,7 @@ class Translator:
 
     def _add_alignment(self, result: Translation, src_ids: list[int], hyp: Hypothesis) -> None:
         attention = self._attention(src_ids, hyp)
-        result.attention = attention
+        result.attention, result.pieces = attention, attention.target[:-1]
         result.alignment = align_words(
             attention.cross_mean(), attention.source[:-1], attention.target[:-1],
             tgt_has_spaces=" " in result.text,

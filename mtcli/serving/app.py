@@ -4,6 +4,7 @@ its answer. Never decodes by itself and prints nothing: each request is reported
 
   POST /translate      LibreTranslate's API: q (a string or a list), source, target, format,
                        api_key, alternatives; a JSON or a form body
+  POST /detect         LibreTranslate's language detection: q (a string or a list)
   GET  /languages      LibreTranslate's list of languages and their targets
   POST /v1/translate   mtcli's own: lines, beam size, n-best with scores, alignments, attention
   GET  /health         200 once the models are loaded, 503 before
@@ -50,7 +51,7 @@ from mtcli.serving.requests import (
     read_fields,
     request_decode,
 )
-from mtcli.text.language import majority_language
+from mtcli.text.language import detect
 
 PAGE = Path(__file__).resolve().parent / "web" / "index.html"
 
@@ -88,7 +89,13 @@ class Service:
             raise ApiError(403, "invalid API key" if given else "an API key is required")
 
     async def translate(
-        self, state, lines: list[str], pick, decode: DecodeConfig, align: bool = False
+        self,
+        state,
+        lines: list[str],
+        pick,
+        decode: DecodeConfig,
+        align: bool = False,
+        html: bool = False,
     ) -> list[Routed]:
         """Lines -> (Translation, the Served that made it or None) each, through the queue.
 
@@ -103,7 +110,8 @@ class Service:
         try:
             for name, rows in groups.items():
                 served = self.models.by_name(name)
-                jobs.append((self._submit(served, [lines[i] for i in rows], decode, align), rows, served))  # fmt: skip
+                job = self._submit(served, [lines[i] for i in rows], decode, (align, html))
+                jobs.append((job, rows, served))
         except ApiError:
             for job, _, _ in jobs:  # the request fails whole: its queued lines are not decoded
                 job.future.cancel()
@@ -114,11 +122,11 @@ class Service:
                 routed[i] = (result, served)
         return routed
 
-    def _submit(self, served: Served, lines: list[str], decode: DecodeConfig, align: bool) -> Job:
+    def _submit(self, served: Served, lines: list[str], decode: DecodeConfig, mode: tuple) -> Job:
         """One job for the batch worker; a full queue is a 503 (jobs of the request cancelled)."""
         loop = asyncio.get_running_loop()
         tokens = sum(served.count_tokens(line) + 1 for line in lines)
-        key = (served.name, astuple(decode), align)  # lines of one key can share a batch
+        key = (served.name, astuple(decode), *mode)  # lines of one key can share a batch
         job = Job(key, lines, tokens, loop.create_future(), loop)
         try:
             self.batcher.submit(job)
@@ -135,7 +143,7 @@ class Service:
             )  # an unknown pair is an error even for empty text
         nbest = min(req.alternatives + 1, self.cfg.decode.beam_size)
         decode = request_decode(self.cfg.decode, nbest=nbest)
-        results = await self.translate(state, req.lines, pick, decode)
+        results = await self.translate(state, req.lines, pick, decode, html=req.html)
         out, start = [], 0
         for lines in req.items:
             out.append(_libre_answer(results[start : start + len(lines)], req))
@@ -163,9 +171,14 @@ def _libre_answer(part: list[Routed], req: LibreRequest) -> dict:
     if req.alternatives:
         answer["alternatives"] = [t for t, _ in part[0][0].nbest[1:]] if len(part) == 1 else []
     if req.source == "auto":
-        top, share = majority_language(s.src_lang for _, s in part if s is not None)
-        answer["detectedLanguage"] = {"confidence": round(100 * share, 1), "language": top or "en"}
+        top, confidence = detect("\n".join(r.source for r, _ in part))
+        answer["detectedLanguage"] = {"confidence": confidence, "language": top or "en"}
     return answer
+
+
+def _detected(text: str) -> list[dict]:
+    language, confidence = detect(text)
+    return [{"confidence": confidence, "language": language or "en"}]
 
 
 def _v1_record(t: Translation, served: Served | None, req: V1Request) -> dict:
@@ -266,6 +279,18 @@ def _translation_routes(app: FastAPI, service: Service) -> None:
 
 def _other_routes(app: FastAPI, service: Service) -> None:
     models = service.models
+
+    @app.post("/detect", summary="LibreTranslate-compatible language detection")
+    async def detect_language(request: Request):
+        """LibreTranslate's /detect: for `q` (a string, or a list: one answer each) the
+        language and a confidence in percent."""
+        fields = await read_fields(request, service.cfg.max_body)
+        service.check_key(fields.get("api_key"))
+        q = fields.get("q")
+        if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+            raise ApiError(400, "invalid request: q must be a string or a list of strings")
+        answers = [_detected(text) for text in ([q] if isinstance(q, str) else q)]
+        return answers[0] if isinstance(q, str) else answers
 
     @app.get("/languages", summary="LibreTranslate-compatible list of languages")
     async def languages():

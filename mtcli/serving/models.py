@@ -64,11 +64,16 @@ class Models:
         ]
 
     def for_pair(self, source: str, target: str | None) -> Served:
+        if (served := self.find_pair(source, target)) is not None:
+            return served
+        pairs = ", ".join(f"{s.src_lang}->{s.tgt_lang}" for s in self.served)
+        raise ApiError(400, f"no model translates {source}->{target or '*'} (served: {pairs})")
+
+    def find_pair(self, source: str, target: str | None) -> Served | None:
         for s in self.served:
             if s.src_lang == source and (target is None or s.tgt_lang == target):
                 return s
-        pairs = ", ".join(f"{s.src_lang}->{s.tgt_lang}" for s in self.served)
-        raise ApiError(400, f"no model translates {source}->{target or '*'} (served: {pairs})")
+        return None
 
     def by_name(self, name: str) -> Served:
         for s in self.served:
@@ -79,12 +84,16 @@ class Models:
     def translate(self, key: tuple, lines: list[str]) -> list[Translation]:
         """Decode `lines` with the translator `key` names (called by the batch worker)."""
         if key not in self._translators:
-            name, settings, align = key
-            self._translators[key] = self.by_name(name).make_translator(DecodeConfig(*settings), align)  # fmt: skip
+            name, settings, align, html = key
+            extra = {"html": True} if html else {}  # HTML documents: tags kept (text/markup.py)
+            make = self.by_name(name).make_translator
+            self._translators[key] = make(DecodeConfig(*settings), align, **extra)
         return self._translators[key].translate_chunk(lines)
 
     def picker(self, source: str, target: str | None, model: str | None = None):
-        """How each line finds its model: by name, by the pair, or by its script (auto)."""
+        """How each line finds its model: by name, by the pair, or by its language (auto: a
+        line already in the target language, or in one no served model translates, passes
+        through as it was)."""
         if model:
             served = self.by_name(model)
             return lambda line: served
@@ -92,18 +101,20 @@ class Models:
             served = self.for_pair(source, target)
             return lambda line: served
 
-        def by_script(line: str):
+        def by_language(line: str):
             language = source_language(line)
-            return self.for_pair(language, target) if language else None
+            if language is None or language == target:
+                return None
+            return self.find_pair(language, target)
 
-        return by_script
+        return by_language
 
 
 def mtcli_served(name: str, loaded, device) -> Served:
     """A model of mtcli's own, decoded by its Translator."""
 
-    def make(cfg: DecodeConfig, align: bool):
-        return build_translator([loaded], cfg, EngineOptions(device=device, align=align))
+    def make(cfg: DecodeConfig, align: bool, html: bool = False):
+        return build_translator([loaded], cfg, EngineOptions(device=device, align=align, html=html))
 
     return Served(
         name,
@@ -121,9 +132,12 @@ def ct2_served(path: Path, threads: int) -> Served:
     options = EngineOptions(engine="ctranslate2", threads=threads)
     probe = build_translator([path], DecodeConfig(), replace(options, text_layer=False))
 
-    def make(cfg: DecodeConfig, align: bool):
-        if align:
-            raise ApiError(400, "the CTranslate2 engine gives no alignments or attention")
+    def make(cfg: DecodeConfig, align: bool, html: bool = False):
+        if align or html:
+            raise ApiError(
+                400,
+                "the CTranslate2 engine gives no word alignments: no alignments, attention or HTML",
+            )
         return build_translator([path], cfg, options)
 
     src_lang, tgt_lang = ct2_languages(path)

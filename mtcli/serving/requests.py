@@ -121,6 +121,7 @@ class LibreRequest:
     source: str  # a language code, or "auto": each line by its script
     target: str
     alternatives: int  # extra hypotheses wanted per item
+    html: bool = False  # format "html": each item one document, its tags kept
 
     @property
     def lines(self) -> list[str]:
@@ -136,8 +137,9 @@ def parse_libre(fields: dict) -> LibreRequest:
     target = fields.get("target")
     if not isinstance(target, str) or not target:
         raise ApiError(400, "invalid request: missing target parameter")
-    if fields.get("format", "text") != "text":
-        raise ApiError(400, f"format {fields.get('format')!r} is not supported; use text")
+    fmt = fields.get("format") or "text"
+    if fmt not in ("text", "html"):
+        raise ApiError(400, f"format {fmt!r} is not supported; use text or html")
     try:
         alternatives = int(fields.get("alternatives") or 0)
     except (TypeError, ValueError):

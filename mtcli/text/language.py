@@ -85,6 +85,27 @@ def _identified(line: str, languages: tuple[str, ...], *, default: str, confiden
     return language if language != default and probability >= confident else default
 
 
+def detect(text: str) -> tuple[str | None, float]:
+    """The language of a text (the one most of its lines are in) and a confidence in percent:
+    the share of lines in it, times py3langid's probability where it was asked (Latin and
+    Cyrillic lines), for LibreTranslate's /detect and detectedLanguage."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    top, share = majority_language(source_language(line) for line in lines)
+    if top is None:
+        return None, 0.0
+    probabilities = [_probability(line, top) for line in lines if source_language(line) == top]
+    return top, round(100 * share * sum(probabilities) / len(probabilities), 1)
+
+
+def _probability(line: str, language: str) -> float:
+    """How sure the identifier is that `line` is in `language`: 1.0 where the script decides."""
+    for candidates in (LATIN_LANGUAGES, CYRILLIC_LANGUAGES):
+        if language in candidates:
+            ranked = dict(_identifier(candidates).rank(_without_spans(line)))
+            return float(ranked.get(language, 0.0))
+    return 1.0
+
+
 def majority_language(languages: Iterable[str | None]) -> tuple[str | None, float]:
     """The language most of `languages` name (None ignored), and the share of them it holds;
     (None, 0.0) when none names one. A tie goes to the language named first."""

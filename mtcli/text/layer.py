@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from mtcli.text.casing import casing_of, restyle, sentence_case
-from mtcli.text.sentences import fit, join_sentences, split_sentences
+from mtcli.text.markup import translate_html
+from mtcli.text.sentences import UNSPACED, fit, join_sentences, split_sentences
 from mtcli.text.spans import NUMBER, find_spans, lost_spans, renumbered, stand_in
 
 
@@ -47,12 +48,37 @@ class TextLayer:
         count_tokens: Callable[[str], int],
         max_tokens: int,
         warn: Callable[[str], None] = lambda message: None,
+        html: bool = False,
     ):
         self.inner, self.src_lang, self.tgt_lang = inner, src_lang, tgt_lang
+        self.html = html  # each line is an HTML document (the inner translator aligns words)
         self.can_write, self.count_tokens, self.max_tokens = can_write, count_tokens, max_tokens
         self.warn = warn
 
     def translate_chunk(self, lines: list[str], prefixes: list[str | None] | None = None) -> list:
+        if self.html:
+            return [self._document(line) for line in lines]
+        return self._text(lines, prefixes)
+
+    def _document(self, line: str):
+        """An HTML line: its runs of text translated as lines are, its tags put back."""
+        spaced = self.tgt_lang not in UNSPACED
+        done: list = []
+
+        def translate(runs: list[str]) -> list:
+            done.extend(self._text(runs, None))
+            return done
+
+        text = translate_html(line, translate, spaced)
+        score = sum(r.score for r in done) / len(done) if done else 0.0
+        base = done[0] if done else self.inner.translate_chunk([""])[0]  # an empty line's result
+        return replace(
+            base, source=line, text=text, score=score, nbest=[(text, score)],
+            truncated=any(r.truncated for r in done), alignment=None, attention=None,
+            trace=None, pieces=None,
+        )  # fmt: skip
+
+    def _text(self, lines: list[str], prefixes: list[str | None] | None) -> list:
         plans = [self.plan(line) for line in lines]
         segments = [seg for segs in plans for seg in segs]
         owner = [i for i, segs in enumerate(plans) for _ in segs]
@@ -133,7 +159,7 @@ class TextLayer:
         return replace(
             parts[0], source=line, text=text, score=score, nbest=[(text, score)],
             truncated=any(p.truncated for p in parts), alignment=_joined_alignment(parts),
-            trace=trace, attention=None,
+            trace=trace, attention=None, pieces=_joined_pieces(parts),
         )  # fmt: skip
 
     def _give_back(self, segment: Segment, text: str, quiet: bool = False) -> str:
@@ -173,6 +199,12 @@ def _joined_alignment(parts: list) -> list[tuple[int, int]] | None:
         src_base += _words(p.attention.source[:-1], by_space=True)
         tgt_base += _words(p.attention.target[:-1], by_space=" " in p.text)
     return joined
+
+
+def _joined_pieces(parts: list) -> list[str] | None:
+    if any(p.pieces is None for p in parts):
+        return None
+    return [piece for p in parts for piece in p.pieces]
 
 
 def _words(pieces: list[str], by_space: bool) -> int:

@@ -1,0 +1,267 @@
+"""HTML in, HTML out: the text between tags is translated and the tags are put back around the
+target words aligned to the words they enclosed.
+
+Parsed with the standard library's html.parser (entities decoded as it reads). Block elements
+(p, div, li, br, headings, table cells, ...) end a run of text, so each run is translated on its
+own; inline elements (b, i, a, span, ...) inside a run are projected through the translation's
+word alignments. Start tags are written back byte for byte (attributes included); end tags as
+`</name>`; the contents of code, pre, script, style and of any element marked translate="no"
+are kept as they were; text is re-escaped. The tags come out the same and in the same order:
+where the alignment would cross them, an element is moved (or emptied) rather than broken.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+BLOCK = {
+    "address", "article", "aside", "blockquote", "body", "br", "caption", "dd", "div", "dl", "dt",
+    "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6",
+    "head", "header", "hr", "html", "li", "main", "nav", "ol", "option", "p", "section", "table",
+    "tbody", "td", "tfoot", "th", "thead", "title", "tr", "ul",
+}  # fmt: skip
+OPAQUE = {"code", "pre", "script", "style", "textarea"}  # kept as they are
+VOID = {
+    "area",
+    "base",
+    "br",
+    "col",
+    "embed",
+    "hr",
+    "img",
+    "input",
+    "link",
+    "meta",
+    "source",
+    "track",
+    "wbr",
+}
+WORD = re.compile(r"\S+")
+
+
+@dataclass
+class Element:
+    """An inline element of a run: its tags as written, the characters of the run's text it
+    encloses, and, once translated, the target words it encloses [start, end)."""
+
+    open: str
+    close: str
+    begin: int  # character offsets in the run's text
+    end: int
+    children: list[Element] = field(default_factory=list)
+    start_word: int = 0
+    end_word: int = 0
+
+
+@dataclass
+class Run:
+    """Text to translate as one unit, with the inline elements inside it."""
+
+    text: str = ""
+    elements: list[Element] = field(default_factory=list)  # the top-level ones
+
+
+class _Reader(HTMLParser):
+    """The document as a list of verbatim strings and Runs."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str | Run] = []
+        self.run = Run()
+        self.open: list[Element] = []  # inline elements not closed yet
+        self.opaque: list[str] = []  # names of the opaque elements we are inside
+
+    def _verbatim(self, text: str) -> None:
+        self._end_run()
+        self.parts.append(text)
+
+    def _end_run(self) -> None:
+        for element in reversed(self.open):  # left open by the author: closed by nobody
+            element.end = len(self.run.text)
+        self.open = []
+        if self.run.text or self.run.elements:
+            self.parts.append(self.run)
+        self.run = Run()
+
+    def handle_starttag(self, tag, attrs) -> None:
+        raw = self.get_starttag_text()
+        if self.opaque:
+            self.parts.append(raw)
+            if tag == self.opaque[-1] or tag in OPAQUE:
+                self.opaque.append(tag)
+        elif tag in OPAQUE or dict(attrs).get("translate") == "no":
+            self._verbatim(raw)
+            if tag not in VOID:
+                self.opaque.append(tag)
+        elif tag in BLOCK:
+            self._verbatim(raw)
+        elif tag in VOID:
+            self._add(Element(raw, "", len(self.run.text), len(self.run.text)))
+        else:
+            element = Element(raw, f"</{tag}>", len(self.run.text), len(self.run.text))
+            self._add(element)
+            self.open.append(element)
+
+    def handle_startendtag(self, tag, attrs) -> None:
+        raw = self.get_starttag_text()
+        if self.opaque:
+            self.parts.append(raw)
+        elif tag in BLOCK:
+            self._verbatim(raw)
+        else:
+            self._add(Element(raw, "", len(self.run.text), len(self.run.text)))
+
+    def handle_endtag(self, tag) -> None:
+        if self.opaque:
+            self.parts.append(f"</{tag}>")
+            if tag == self.opaque[-1]:
+                self.opaque.pop()
+            return
+        if tag in BLOCK or not any(e.close == f"</{tag}>" for e in self.open):
+            # a block's end, or a stray end tag: kept where it is
+            if tag in BLOCK:
+                self._verbatim(f"</{tag}>")
+            else:
+                self._add(Element("", f"</{tag}>", len(self.run.text), len(self.run.text)))
+            return
+        while self.open:
+            element = self.open.pop()
+            element.end = len(self.run.text)
+            if element.close == f"</{tag}>":
+                break
+
+    def _add(self, element: Element) -> None:
+        (self.open[-1].children if self.open else self.run.elements).append(element)
+
+    def handle_data(self, data) -> None:
+        if self.opaque:
+            self.parts.append(html.escape(data, quote=False))
+        else:
+            self.run.text += data
+
+    def handle_comment(self, data) -> None:
+        self._verbatim(f"<!--{data}-->")
+
+    def handle_decl(self, decl) -> None:
+        self._verbatim(f"<!{decl}>")
+
+    def handle_pi(self, data) -> None:
+        self._verbatim(f"<?{data}>")
+
+    def close(self) -> None:
+        super().close()
+        self._end_run()
+
+
+def read(document: str) -> list[str | Run]:
+    reader = _Reader()
+    reader.feed(document)
+    reader.close()
+    return reader.parts
+
+
+def translate_html(document: str, translate: Callable[[list[str]], list], tgt_spaced: bool) -> str:
+    """The document with each run's text translated by `translate` (lines -> Translations with
+    word alignments and, for a target without spaces, its pieces) and its tags put back."""
+    parts = read(document)
+    runs = [p for p in parts if isinstance(p, Run) and p.text.strip()]
+    results = dict(
+        zip(map(id, runs), translate([r.text.strip() for r in runs]) if runs else [], strict=True)
+    )
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+        elif id(part) in results:
+            out.append(_project(part, results[id(part)], tgt_spaced))
+        else:  # whitespace only, or tags around nothing: as it was read
+            out.append(_emit(part.elements, part.text, 0, len(part.text)))
+    return "".join(out)
+
+
+def _project(run: Run, result, tgt_spaced: bool) -> str:
+    """The run's translation with its elements around the aligned target words."""
+    lead = run.text[: len(run.text) - len(run.text.lstrip())]
+    trail = run.text[len(run.text.rstrip()) :]
+    src_words = [(m.start(), m.end()) for m in WORD.finditer(run.text)]
+    tgt_words = _target_words(result, tgt_spaced)
+    links: dict[int, list[int]] = {}
+    if len(src_words) == 1 and len(run.text.strip()) > 1:
+        # a source without spaces (Chinese) is one word to the alignment: its characters
+        # are mapped onto the target words in proportion instead
+        src_words = [(i, i + 1) for i, c in enumerate(run.text) if not c.isspace()]
+        n, m = len(src_words), max(len(tgt_words), 1)
+        links = {i: [min(m - 1, i * m // n)] for i in range(n)}
+    for s, t in result.alignment or [] if not links else []:
+        if t < len(tgt_words):
+            links.setdefault(s, []).append(t)
+    _place(run.elements, src_words, links, 0, len(tgt_words))
+    _at_target(run.elements, tgt_words, len(result.text))
+    body = _emit(run.elements, result.text, 0, len(result.text))
+    return html.escape(lead, quote=False) + body + html.escape(trail, quote=False)
+
+
+def _target_words(result, spaced: bool) -> list[tuple[int, int]]:
+    """Character spans of the translation's words as the alignment counts them: runs of
+    non-space for a spaced target, the output's pieces otherwise."""
+    if spaced or not result.pieces:
+        return [(m.start(), m.end()) for m in WORD.finditer(result.text)]
+    spans, at = [], 0
+    for piece in result.pieces:
+        text = piece.replace("▁", "").strip()
+        where = result.text.find(text, at) if text else -1
+        if where < 0:
+            spans.append((at, at))
+            continue
+        spans.append((where, where + len(text)))
+        at = where + len(text)
+    return spans
+
+
+def _place(elements: list[Element], src_words, links, lo: int, hi: int) -> None:
+    """Each element's target words: from the first to the last word aligned to the source
+    words it encloses, moved inside its parent and after its previous sibling (so the tags
+    stay nested and in order); an element with none sits where its source position says."""
+    cursor = lo
+    for e in elements:
+        covered = [i for i, (a, b) in enumerate(src_words) if a < e.end and e.begin < b]
+        targets = sorted(t for i in covered for t in links.get(i, []))
+        if targets:
+            start, end = targets[0], targets[-1] + 1
+        else:  # empty, or nothing aligned: as far in as its source position is
+            before = sum(1 for a, _ in src_words if a < e.begin)
+            start = end = lo + round(before * (hi - lo) / max(len(src_words), 1))
+        e.start_word = min(max(start, cursor), hi)
+        e.end_word = min(max(end, e.start_word), hi)
+        _place(e.children, src_words, links, e.start_word, e.end_word)
+        cursor = e.end_word
+
+
+def _at_target(elements: list[Element], words: list[tuple[int, int]], length: int) -> None:
+    """Each element's character offsets in the translation, from its target words."""
+    for e in elements:
+        e.begin = words[e.start_word][0] if e.start_word < len(words) else length
+        e.end = words[e.end_word - 1][1] if e.end_word > e.start_word else e.begin
+        _at_target(e.children, words, length)
+
+
+def _emit(elements: list[Element], text: str, lo: int, hi: int) -> str:
+    """text[lo:hi], escaped, with the elements' tags at their offsets (kept nested: a child
+    never starts before its parent or an earlier sibling's end)."""
+    out, at = [], lo
+    for e in elements:
+        begin = min(max(e.begin, at), hi)
+        end = min(max(e.end, begin), hi)
+        out += [
+            html.escape(text[at:begin], quote=False),
+            e.open,
+            _emit(e.children, text, begin, end),
+            e.close,
+        ]
+        at = end
+    out.append(html.escape(text[at:hi], quote=False))
+    return "".join(out)

@@ -44,11 +44,37 @@ ZH_LINES = [
 ] * 4
 
 
+@pytest.fixture(scope="session")
+def langid_cache(tmp_path_factory) -> list[Path]:
+    """The language identifier's cached model, made once for the session (1 s each time)."""
+    import os
+
+    from mtcli.text import language
+
+    folder = tmp_path_factory.mktemp("langid")
+    old = os.environ.get("MTCLI_CACHE")
+    os.environ["MTCLI_CACHE"] = str(folder)
+    try:
+        for languages in (language.LATIN_LANGUAGES, language.CYRILLIC_LANGUAGES):
+            language._restricted_model(languages)
+    finally:
+        if old is None:
+            os.environ.pop("MTCLI_CACHE")
+        else:
+            os.environ["MTCLI_CACHE"] = old
+    return sorted(folder.glob("langid-*.npz"))
+
+
 @pytest.fixture(autouse=True)
-def download_cache(tmp_path, monkeypatch) -> Path:
-    """Downloads go to a folder of the test's own, never to the user's ~/.cache."""
-    monkeypatch.setenv("MTCLI_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+def download_cache(tmp_path, monkeypatch, langid_cache) -> Path:
+    """Downloads go to a folder of the test's own, never to the user's ~/.cache (the language
+    identifier's model, made once, is linked in)."""
+    cache = tmp_path.parent / f"{tmp_path.name}-cache"  # beside: tests use tmp_path as an --out
+    cache.mkdir()
+    for made in langid_cache:
+        os.link(made, cache / made.name)
+    monkeypatch.setenv("MTCLI_CACHE", str(cache))
+    return cache
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

@@ -105,12 +105,15 @@ def constrained_beam_search(
     nbest: int = 1,
     prefix: list[int] | None = None,
     no_repeat_ngram: int = 0,
+    glue: tuple[frozenset[int], frozenset[int]] | None = None,
 ) -> list[Hypothesis]:
     """The best outputs of one sentence (src_ids (1, S)) that contain every phrase of token
     ids, each starting with `prefix` (forced, and counted towards the phrases it holds), none
     repeating an n-gram of `no_repeat_ngram` tokens. Empty when no hypothesis could fit them
     within the length limit. A beam of 1 works: its one slot goes to the hypothesis furthest
-    through the phrases."""
+    through the phrases. `glue` = (tokens that end in a digit, tokens that start with one, no
+    space before): outside a phrase, the second never follows the first, so a number phrase
+    is not run into the digits beside it (7301 then 55855 would read 730155855)."""
     prefix = prefix or []
     device, k = src_ids.device, beam_size
     extra = sum(len(p) for p in phrases)  # room for the phrases beyond the usual length
@@ -127,6 +130,8 @@ def constrained_beam_search(
             log_probs = _only(log_probs, prefix[step])
         if no_repeat_ngram:
             log_probs = _no_repeats(log_probs, [b[0] for b in beams], no_repeat_ngram)
+        if glue is not None:
+            log_probs = _unglued(log_probs, beams, *glue)
         candidates = _candidates(beams, log_probs, phrases, k, last=step == max_len)
         # finished hypotheses leave the beam; the rest are banked by constraint tokens met
         by_bank: dict[int, list[tuple[float, int, int, Progress]]] = {}
@@ -169,6 +174,20 @@ def _no_repeats(log_probs: Tensor, outputs: list[list[int]], n: int) -> Tensor:
         }
         if banned:
             log_probs[row, list(banned)] = NEG_INF
+    return log_probs
+
+
+def _unglued(
+    log_probs: Tensor, beams: list[Beam], ends: frozenset[int], starts: frozenset[int]
+) -> Tensor:
+    """(beams, V) with -inf for tokens of `starts` after a token of `ends`, outside a phrase."""
+    rows = [
+        r for r, (tokens, _, progress) in enumerate(beams)
+        if tokens and tokens[-1] in ends and progress.phrase < 0
+    ]  # fmt: skip
+    if rows:
+        log_probs = log_probs.clone()
+        log_probs[torch.tensor(rows)[:, None], torch.tensor(sorted(starts))[None, :]] = NEG_INF
     return log_probs
 
 

@@ -6,6 +6,7 @@ and the streaming and routing of lines, live in result.py and routing.py (no tor
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 
@@ -226,6 +227,7 @@ class Translator:
             self.models, src, src != PAD_ID, phrases, beam_size=cfg.beam_size,
             alpha=cfg.length_penalty, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
             nbest=cfg.nbest, prefix=prefix_ids, no_repeat_ngram=cfg.no_repeat_ngram,
+            glue=self._digit_glue(),
         )  # fmt: skip
         if not hyps:
             return False
@@ -234,6 +236,19 @@ class Translator:
         if self.align:  # the attention of that very output: forced through greedy search
             self._add_alignment(results[i], src_ids, self._forced(src_ids, hyps[0].tokens))
         return True
+
+    @functools.cached_property
+    def _digit_glue_ids(self) -> tuple[frozenset[int], frozenset[int]]:
+        sp = self.tokenizer.tgt
+        pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        ends = frozenset(i for i, p in enumerate(pieces) if p[-1:].isdigit())
+        starts = frozenset(i for i, p in enumerate(pieces) if p[:1].isdigit())  # no '▁' before
+        return ends, starts
+
+    def _digit_glue(self) -> tuple[frozenset[int], frozenset[int]] | None:
+        """Target tokens that end in a digit, and those that start with one (constraints.py)."""
+        ends, starts = self._digit_glue_ids
+        return (ends, starts) if ends and starts else None
 
     def _forced(self, src_ids: list[int], tokens: list[int]) -> Hypothesis:
         """`tokens` decoded as the output of `src_ids`, recording its attention."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from mtcli.text.casing import casing_of, restyle, sentence_case
 from mtcli.text.markup import translate_html
-from mtcli.text.sentences import UNSPACED, fit, join_sentences, split_sentences
+from mtcli.text.sentences import UNSPACED, WHOLE_TOKENS, fit, join_sentences, split_sentences
 from mtcli.text.spans import NUMBER, find_spans, lost_spans, renumbered, stand_in
 
 
@@ -100,18 +100,16 @@ class TextLayer:
         """Where a free translation lost a span: its numbers put right where they pair up one
         to one, else the sentence decoded again with the spans as constraints (mtcli's engine;
         CTranslate2 has no constrained search, and what stays lost is named)."""
-        again = []
-        for j, (seg, result) in enumerate(zip(segments, results, strict=True)):
-            if seg.keep and lost_spans(result.text, seg.keep):
-                result.text = renumbered(result.text, [k for k in seg.keep if NUMBER.fullmatch(k)])
-                if lost_spans(result.text, seg.keep):
-                    again.append(j)
+        again = [
+            j for j, (seg, r) in enumerate(zip(segments, results, strict=True)) if not _kept(seg, r)
+        ]
         if again and getattr(self.inner, "constrains", False):
             redone = self.inner.translate_chunk(
                 [segments[j].text for j in again], [wanted[j] for j in again] if wanted else None,
                 [segments[j].keep for j in again],
             )  # fmt: skip
             for j, result in zip(again, redone, strict=True):
+                _kept(segments[j], result)  # a forced 165 the model went on to write as 1650
                 results[j] = result
 
     def plan(self, line: str) -> list[Segment]:
@@ -119,6 +117,8 @@ class TextLayer:
         if not line.strip():
             return [Segment(line)]
         sentences = split_sentences(line, self.src_lang)
+        if len(sentences) == 2 and self.count_tokens(line) <= WHOLE_TOKENS:
+            sentences = [line.strip()]
         sentences = [part for s in sentences for part in fit(s, self.count_tokens, self.max_tokens)]
         return [self._segment(s) for s in sentences]
 
@@ -172,6 +172,14 @@ class TextLayer:
         if not quiet and (lost := lost_spans(text, wanted)):
             self.warn(f"the translation of {segment.text!r} lost {', '.join(lost)}")
         return text
+
+
+def _kept(segment: Segment, result) -> bool:
+    """Whether `result` holds every span of `segment`, once its numbers are put right."""
+    if not segment.keep or not lost_spans(result.text, segment.keep):
+        return True
+    result.text = renumbered(result.text, [k for k in segment.keep if NUMBER.fullmatch(k)])
+    return not lost_spans(result.text, segment.keep)
 
 
 def _sentence_case_around(sentence: str, spans) -> str:

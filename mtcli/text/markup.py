@@ -138,8 +138,8 @@ class _Reader(HTMLParser):
         (self.open[-1].children if self.open else self.run.elements).append(element)
 
     def handle_data(self, data) -> None:
-        if self.opaque:
-            self.parts.append(html.escape(data, quote=False))
+        if self.opaque:  # script and style hold raw text (html.parser's cdata_elem); others, text
+            self.parts.append(data if self.cdata_elem else html.escape(data, quote=False))
         else:
             self.run.text += data
 

@@ -65,31 +65,37 @@ NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 
 def renumbered(translation: str, source_numbers: list[str]) -> str:
     """The translation with each number it wrote wrongly replaced by the source's number it
-    stands for: the numbers missing from the translation, in source order, for the numbers
-    it has that the source lacks, in order; only when they pair up one to one (a small model
+    stands for. A wrong number that starts with a lost one is that one (a forced 165 the model
+    went on to write as 1650); the rest pair up in order, only one to one (a small model
     writes 1987 as 198, or 42.50 as 1200, in the right place)."""
-    written = NUMBER.findall(translation)
-    lost = [
-        n for n in dict.fromkeys(source_numbers) if translation.count(n) < source_numbers.count(n)
-    ]
-    wrong = [n for n in written if n not in source_numbers]
-    if not lost or len(lost) != len(wrong):
-        return translation
-    out, start = [], 0
-    pairs = iter(zip(wrong, lost, strict=True))
-    bad, good = next(pairs)
-    for m in NUMBER.finditer(translation):
-        if m.group() == bad:
-            out += [translation[start : m.start()], good]
-            start = m.end()
-            bad, good = next(pairs, (None, None))
-    return "".join(out) + translation[start:]
+    lost = lost_spans(translation, source_numbers)
+    wrong = [m for m in NUMBER.finditer(translation) if m.group() not in source_numbers]
+    fixes: dict[int, str] = {}
+    for m in wrong:
+        if heads := [n for n in lost if m.group().startswith(n) and n not in fixes.values()]:
+            fixes[m.start()] = max(heads, key=len)
+    rest = [m for m in wrong if m.start() not in fixes]
+    unmatched = [n for n in lost if n not in fixes.values()]
+    if rest and len(rest) == len(unmatched):
+        fixes.update({m.start(): n for m, n in zip(rest, unmatched, strict=True)})
+    out, at = [], 0
+    for m in wrong:
+        if m.start() in fixes:
+            out += [translation[at : m.start()], fixes[m.start()]]
+            at = m.end()
+    return "".join(out) + translation[at:]
 
 
 def lost_spans(translation: str, spans: list[str]) -> list[str]:
-    """The spans the translation lost (a span that occurs twice must occur twice)."""
-    missing = []
-    for text in dict.fromkeys(spans):
-        if translation.count(text) < spans.count(text):
-            missing.append(text)
-    return missing
+    """The spans the translation lost: a span that occurs twice must occur twice, and a number
+    counts only where no digit touches it (165 is not in 1650)."""
+    return [
+        text for text in dict.fromkeys(spans)
+        if len(re.findall(_alone(text), translation)) < spans.count(text)
+    ]  # fmt: skip
+
+
+def _alone(text: str) -> str:
+    before = r"(?<!\d)" if text[:1].isdigit() else ""
+    after = r"(?!\d)" if text[-1:].isdigit() else ""
+    return before + re.escape(text) + after

@@ -355,3 +355,35 @@ def test_serve_with_the_ctranslate2_engine(tmp_path, copy_model_dir, copy_lines)
         copy_model_dir, copy_lines[:3], beam_size=1
     )
     assert code == 0, err
+
+
+@pytest.mark.slow
+def test_a_libretranslate_client_talks_to_mtcli_serve():
+    """libretranslatepy itself against `mtcli serve` with the shipped models: languages,
+    translate, detect; source auto decides per line (the target language and languages no
+    model knows pass through); HTML keeps its tags."""
+    pytest.importorskip("libretranslatepy")
+    from libretranslatepy import LibreTranslateAPI
+
+    server = _Server()
+    try:
+        lt = LibreTranslateAPI(server.url)
+        codes = {lang["code"]: lang["targets"] for lang in lt.languages()}
+        assert codes == {"en": ["zh"], "zh": ["en"]}
+        assert lt.translate("Why do we work?", "en", "zh") == "为什么我们工作？"
+        assert lt.detect("Wo ist der Bahnhof?")[0]["language"] == "de"
+        assert lt.detect("我们为什么工作？") == [{"confidence": 100.0, "language": "zh"}]
+        q = {"q": ["Hello.", "我们为什么工作？", "Wo ist der Bahnhof?"], "source": "auto", "target": "zh"}  # fmt: skip
+        body = httpx.post(server.url + "/translate", json=q, timeout=30).json()
+        assert body["translatedText"][1:] == q["q"][1:]  # already Chinese; German: no model
+        assert [d["language"] for d in body["detectedLanguage"]] == ["en", "zh", "de"]
+        html = {"q": "<p>Why do <b>we</b> work?</p>", "source": "en", "target": "zh", "format": "html"}  # fmt: skip
+        out = httpx.post(server.url + "/translate", json=html, timeout=30).json()["translatedText"]
+        assert out.startswith("<p>") and out.endswith("</p>") and out.count("<b>") == 1, out
+        detected = httpx.post(
+            server.url + "/detect", json={"q": ["Hi there, how are you?", "你好"]}
+        ).json()
+        assert [d[0]["language"] for d in detected] == ["en", "zh"]
+    finally:
+        code, err = server.stop()
+    assert code == 0, err

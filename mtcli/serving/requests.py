@@ -145,10 +145,10 @@ def parse_libre(fields: dict) -> LibreRequest:
     except (TypeError, ValueError):
         raise ApiError(400, "invalid request: alternatives must be a number") from None
     items = [q] if isinstance(q, str) else q
-    split = [item.split("\n") for item in items]
-    return LibreRequest(
-        split, isinstance(q, str), fields.get("source") or "auto", target, alternatives
-    )
+    # a text item may hold several lines; an HTML item is one document (newlines are spaces)
+    split = [[item] if fmt == "html" else item.split("\n") for item in items]
+    source = fields.get("source") or "auto"
+    return LibreRequest(split, isinstance(q, str), source, target, alternatives, fmt == "html")
 
 
 def check_lines(lines: list[str], cfg: ServeConfig) -> None:

@@ -5,13 +5,15 @@
 Prints one JSON object (also written to bench/results/decode.json): sentences/s and target
 tokens/s for each setting on the first N lines of ../shared/data/tatoeba-en-zh/test.en, the
 cached/uncached speed-up of beam 5 (on the N lines, and on the first 500 alone), int8/fp32,
-and BLEU of each against the references. Settings run interleaved, ROUNDS times each; the
+beam 5 through the text layer (sentences, kept spans, casing: mtcli/text) against the
+Translator alone, and BLEU of each against the references. Settings run interleaved, ROUNDS times each; the
 fastest run of each counts.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -25,6 +27,8 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]
 from bench.common import REPO, SHARED, SHIPPED, peak_rss_mb, read_lines, timed, write_result  # noqa: E402
 from mtcli.config import DecodeConfig  # noqa: E402
 from mtcli.device import keep_freed_memory, limit_kernel_caches  # noqa: E402
+from mtcli.engines.build import EngineOptions, build_translator  # noqa: E402
+from mtcli.engines.routing import stream  # noqa: E402
 from mtcli.engines.translator import Translator, quantize_int8  # noqa: E402
 from mtcli.store.checkpoint import load_model  # noqa: E402
 from mtcli.training.metrics import bleu  # noqa: E402
@@ -41,23 +45,32 @@ class Setting:
     refs: list[str]
     beam: int
     use_cache: bool
+    text_layer: bool = False  # real text handling around the Translator (mtcli/text)
 
 
-def _translate_all(translator: Translator, lines: list[str]) -> list:
-    return list(translator.translate_stream(lines))
+def _translate_all(translator, lines: list[str]) -> list:
+    return list(stream(translator.translate_chunk, lines, DecodeConfig().chunk_lines))
 
 
-def time_settings(settings: dict[str, Setting], tokenizer) -> dict[str, dict]:
+def _translator(st: Setting, loaded, cfg: DecodeConfig):
+    """The Translator alone, or through the text layer as `mtcli translate` uses it."""
+    if not st.text_layer:
+        return Translator(st.model, loaded.tokenizer, cfg)
+    model = dataclasses.replace(loaded, model=st.model)
+    return build_translator([model], cfg, EngineOptions(device="cpu"))
+
+
+def time_settings(settings: dict[str, Setting], loaded) -> dict[str, dict]:
     """Run each setting ROUNDS times, round-robin; figures from each one's fastest run."""
     best: dict[str, float] = {}
     outputs: dict[str, list] = {}
     for _ in range(ROUNDS):
         for name, st in settings.items():
             cfg = DecodeConfig(beam_size=st.beam, use_cache=st.use_cache)
-            translator = Translator(st.model, tokenizer, cfg)
+            translator = _translator(st, loaded, cfg)
             outputs[name], seconds = timed(partial(_translate_all, translator, st.lines))
             best[name] = min(seconds, best.get(name, seconds))
-    rows = {}
+    rows, tokenizer = {}, loaded.tokenizer
     for name, st in settings.items():
         texts = [r.text for r in outputs[name]]
         n_tokens = sum(len(tokenizer.encode_tgt(t)) + 1 for t in texts)
@@ -65,6 +78,7 @@ def time_settings(settings: dict[str, Setting], tokenizer) -> dict[str, dict]:
         rows[name] = {
             "beam": st.beam,
             "cache": st.use_cache,
+            "text_layer": st.text_layer,
             "lines": len(st.lines),
             "seconds": round(seconds, 2),
             "sentences_per_s": round(len(st.lines) / seconds, 1),
@@ -104,8 +118,9 @@ def main() -> None:
         f"beam5_cached_first{head}": Setting(fp32, lines[:head], refs[:head], 5, True),
         f"beam5_uncached_first{head}": Setting(fp32, lines[:head], refs[:head], 5, False),
         "beam5_cached_int8": Setting(int8, lines, refs, 5, True),
+        "beam5_cached_text_layer": Setting(fp32, lines, refs, 5, True, text_layer=True),
     }
-    rows = time_settings(settings, loaded.tokenizer)
+    rows = time_settings(settings, loaded)
     record = {
         "lines": len(lines),
         "model": os.path.relpath(args.model, REPO),
@@ -119,6 +134,10 @@ def main() -> None:
         ),
         "greedy_cache_speedup": _speedup(rows, "greedy_cached", "greedy_uncached"),
         "int8_speedup": _speedup(rows, "beam5_cached_int8", "beam5_cached"),
+        "text_layer_speed": _speedup(rows, "beam5_cached_text_layer", "beam5_cached"),
+        "text_layer_bleu_delta": round(
+            rows["beam5_cached_text_layer"]["bleu"] - rows["beam5_cached"]["bleu"], 2
+        ),
         "int8_bleu_delta": round(
             rows["beam5_cached_int8"]["bleu"] - rows["beam5_cached"]["bleu"], 2
         ),

@@ -256,3 +256,19 @@ def test_the_tatoeba_test_lines_go_to_their_models():
         lines = (SHARED / "tatoeba-en-zh" / name).read_text(encoding="utf-8").splitlines()
         share = sum(source_language(line) == want for line in lines) / len(lines)
         assert share >= 0.995, (name, share)
+
+
+def test_a_damaged_identifier_cache_is_made_again(download_cache):
+    """A truncated cache file of the language identifier: the answer is the same, and the
+    file is whole again (it is ours to rebuild; nothing in it is executed)."""
+    from mtcli.text import language
+
+    cached = next(download_cache.glob("langid-*-en-*.npz"))
+    cached.unlink()  # a link to the session's copy: replaced, not written through
+    cached.write_bytes(b"PK\x03\x04 not a zip")
+    language._identifier.cache_clear()
+    try:
+        assert source_language("Wo ist der Bahnhof, bitte?") == "de"
+        assert cached.stat().st_size > 1_000_000
+    finally:
+        language._identifier.cache_clear()

@@ -146,8 +146,10 @@ def _restricted_model(languages: tuple[str, ...]) -> dict:
     path = cache_dir() / f"langid-{py3langid.__version__}-{'-'.join(languages)}.npz"
     try:
         with np.load(path, allow_pickle=False) as cached:  # plain arrays: no code in it
-            return {name: cached[name] for name in cached.files}
-    except (OSError, ValueError, KeyError):
+            arrays = {name: cached[name] for name in cached.files}
+        if set(arrays) == {"ptc", "pc", "classes", "nextmove", "nextmove_row", "out_feat"}:
+            return arrays
+    except Exception:  # missing, or damaged (a truncated zip, a bad header): made again
         pass
     ptc, pc, classes, nextmove, row, output = load_model(MODEL_DIR / MODEL_FILE)
     keep = [classes.index(language) for language in languages]

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from mtcli.text.spans import stand_in
+
 BLOCK = {
     "address", "article", "aside", "blockquote", "body", "br", "caption", "dd", "div", "dl", "dt",
     "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6",
@@ -25,6 +27,7 @@ BLOCK = {
     "tbody", "td", "tfoot", "th", "thead", "title", "tr", "ul",
 }  # fmt: skip
 OPAQUE = {"code", "pre", "script", "style", "textarea"}  # kept as they are
+INLINE_OPAQUE = {"code", "kbd", "samp", "var"}  # kept inside the sentence around them
 VOID = {
     "area",
     "base",
@@ -63,6 +66,7 @@ class Run:
 
     text: str = ""
     elements: list[Element] = field(default_factory=list)  # the top-level ones
+    kept: dict[str, str] = field(default_factory=dict)  # stand-in number -> HTML kept as is
 
 
 class _Reader(HTMLParser):
@@ -74,6 +78,11 @@ class _Reader(HTMLParser):
         self.run = Run()
         self.open: list[Element] = []  # inline elements not closed yet
         self.opaque: list[str] = []  # names of the opaque elements we are inside
+        self.inline: list[str] | None = None  # the HTML of an inline one (code, translate=no)
+
+    def _raw(self, text: str) -> None:
+        """Inside an opaque element: its HTML as it is, into the run's kept one or the parts."""
+        (self.parts if self.inline is None else self.inline).append(text)
 
     def _verbatim(self, text: str) -> None:
         self._end_run()
@@ -90,8 +99,15 @@ class _Reader(HTMLParser):
     def handle_starttag(self, tag, attrs) -> None:
         raw = self.get_starttag_text()
         if self.opaque:
-            self.parts.append(raw)
+            self._raw(raw)
             if tag == self.opaque[-1] or tag in OPAQUE:
+                self.opaque.append(tag)
+        elif tag in INLINE_OPAQUE or (dict(attrs).get("translate") == "no" and tag not in BLOCK):
+            # kept inside its sentence: it travels as a stand-in number the model keeps
+            self.inline = [raw]
+            if tag in VOID:
+                self._keep_inline()
+            else:
                 self.opaque.append(tag)
         elif tag in OPAQUE or dict(attrs).get("translate") == "no":
             self._verbatim(raw)
@@ -109,7 +125,7 @@ class _Reader(HTMLParser):
     def handle_startendtag(self, tag, attrs) -> None:
         raw = self.get_starttag_text()
         if self.opaque:
-            self.parts.append(raw)
+            self._raw(raw)
         elif tag in BLOCK:
             self._verbatim(raw)
         else:
@@ -117,9 +133,11 @@ class _Reader(HTMLParser):
 
     def handle_endtag(self, tag) -> None:
         if self.opaque:
-            self.parts.append(f"</{tag}>")
+            self._raw(f"</{tag}>")
             if tag == self.opaque[-1]:
                 self.opaque.pop()
+                if not self.opaque and self.inline is not None:
+                    self._keep_inline()
             return
         if tag in BLOCK or not any(e.close == f"</{tag}>" for e in self.open):
             # a block's end, or a stray end tag: kept where it is
@@ -134,12 +152,18 @@ class _Reader(HTMLParser):
             if element.close == f"</{tag}>":
                 break
 
+    def _keep_inline(self) -> None:
+        word = stand_in(len(self.run.kept), self.run.text)
+        self.run.kept[word] = "".join(self.inline)
+        self.run.text += word
+        self.inline = None
+
     def _add(self, element: Element) -> None:
         (self.open[-1].children if self.open else self.run.elements).append(element)
 
     def handle_data(self, data) -> None:
         if self.opaque:  # script and style hold raw text (html.parser's cdata_elem); others, text
-            self.parts.append(data if self.cdata_elem else html.escape(data, quote=False))
+            self._raw(data if self.cdata_elem else html.escape(data, quote=False))
         else:
             self.run.text += data
 
@@ -202,6 +226,8 @@ def _project(run: Run, result, tgt_spaced: bool) -> str:
     _place(run.elements, src_words, links, 0, len(tgt_words))
     _at_target(run.elements, tgt_words, len(result.text))
     body = _emit(run.elements, result.text, 0, len(result.text))
+    for word, kept in run.kept.items():  # digits: the same escaped or not
+        body = body.replace(word, kept, 1)
     return html.escape(lead, quote=False) + body + html.escape(trail, quote=False)
 
 

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from mtcli.text.casing import casing_of, restyle, sentence_case
-from mtcli.text.markup import translate_html
 from mtcli.text.sentences import UNSPACED, WHOLE_TOKENS, fit, join_sentences, split_sentences
 from mtcli.text.spans import NUMBER, find_spans, lost_spans, renumbered, stand_in
 
@@ -62,6 +61,8 @@ class TextLayer:
 
     def _document(self, line: str):
         """An HTML line: its runs of text translated as lines are, its tags put back."""
+        from mtcli.text.markup import translate_html  # html.parser: only for HTML
+
         spaced = self.tgt_lang not in UNSPACED
         done: list = []
 

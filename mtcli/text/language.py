@@ -143,8 +143,8 @@ def _restricted_model(languages: tuple[str, ...]) -> dict:
 
     from mtcli.files import cache_dir, write_file_atomic
 
-    path = cache_dir() / f"langid-{py3langid.__version__}-{'-'.join(languages)}.npz"
     try:
+        path = cache_dir() / f"langid-{py3langid.__version__}-{'-'.join(languages)}.npz"
         with np.load(path, allow_pickle=False) as cached:  # plain arrays: no code in it
             arrays = {name: cached[name] for name in cached.files}
         if set(arrays) == {"ptc", "pc", "classes", "nextmove", "nextmove_row", "out_feat"}:
@@ -162,9 +162,10 @@ def _restricted_model(languages: tuple[str, ...]) -> dict:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     try:
+        path = cache_dir() / f"langid-{py3langid.__version__}-{'-'.join(languages)}.npz"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(path, buffer.getvalue())
-    except OSError:
+    except (OSError, RuntimeError):  # no cache folder to be had (RuntimeError: no home)
         pass
     return arrays
 

@@ -188,6 +188,10 @@ class ServeConfig:
     max_body: int = 256 * 1024  # bytes in one request body
     queue_size: int = 64  # requests waiting for the worker; beyond, 503 with Retry-After
     api_key: str = ""  # when set, every translate request must carry it
+    max_beam: int = (
+        0  # the widest beam, n-best list or alternatives a request may ask (0: decode's beam)
+    )
+    request_tokens: int = 4000  # source tokens of all of a request's lines together
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults a request may override
 
 

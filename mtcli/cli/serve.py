@@ -61,6 +61,8 @@ def _model_paths(models: tuple[str, ...]):
 @_limit("--max-lines", SERVE.max_lines, "Lines in one request.")
 @_limit("--max-body", SERVE.max_body, "Bytes in one request body.", low=64)
 @_limit("--queue-size", SERVE.queue_size, "Requests waiting; beyond, 503 with Retry-After.")
+@_limit("--max-beam", SERVE.max_beam, "Widest beam, n-best or alternatives a request asks (0: -b).", low=0)
+@_limit("--max-request-tokens", SERVE.request_tokens, "Source tokens of one request's lines together.")  # fmt: skip
 @click.option(
     "--api-key",
     envvar="MTCLI_API_KEY",
@@ -78,7 +80,8 @@ def _model_paths(models: tuple[str, ...]):
 @decode_options
 def serve_command(
     models, host, port, batch_wait_ms, max_batch_tokens, max_chars, max_lines, max_body,
-    queue_size, api_key, shutdown_timeout, engine, device, threads, **decode,
+    queue_size, max_beam, max_request_tokens, api_key, shutdown_timeout, engine, device, threads,
+    **decode,
 ) -> None:  # fmt: skip
     """Serve translation over HTTP: LibreTranslate's API, mtcli's own, and a web page at /.
 
@@ -100,7 +103,7 @@ def serve_command(
     cfg = ServeConfig(
         batch_wait_ms=batch_wait_ms, batch_tokens=max_batch_tokens, max_chars=max_chars,
         max_lines=max_lines, max_body=max_body, queue_size=queue_size, api_key=api_key,
-        decode=decode_cfg,
+        max_beam=max_beam, request_tokens=max_request_tokens, decode=decode_cfg,
     )  # fmt: skip
     app = serve.create_app(serve.Models(load), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
     console.print(f"serving on http://{host}:{port}  (web page /, API docs /docs)", markup=False)

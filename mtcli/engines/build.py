@@ -137,9 +137,16 @@ def _ct2_translator(models: list, cfg: DecodeConfig, options: EngineOptions) -> 
         raise UserError(
             "--engine ctranslate2 needs -m DIR (a model exported with `mtcli export --format ctranslate2`)"
         )
-    translator = CT2Translator(
-        Path(models[0]), cfg, threads=options.threads, quantize=options.quantize, warn=options.warn
-    )
+    if isinstance(models[0], CT2Translator):  # loaded already (a server's): other settings
+        translator = models[0].configured(cfg, options.warn)
+    else:
+        translator = CT2Translator(
+            Path(models[0]),
+            cfg,
+            threads=options.threads,
+            quantize=options.quantize,
+            warn=options.warn,
+        )
     if not options.text_layer:
         return translator
     # no constrained search here: spans go through as they are, and the layer names any lost

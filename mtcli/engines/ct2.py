@@ -10,6 +10,7 @@ a prefix, sampling with its seed, --no-repeat-ngram, int8, and token-budgeted ba
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable
@@ -74,6 +75,21 @@ class CT2Translator:
         )
         if cfg.sample:
             ctranslate2.set_random_seed(cfg.seed)
+
+    def configured(
+        self, cfg: DecodeConfig, warn: Callable[[str], None] | None = None
+    ) -> CT2Translator:
+        """The same loaded model under other decode settings: a copy that shares the
+        ctranslate2.Translator and the sentencepiece models (a server holds one model,
+        whatever settings its requests bring)."""
+        other = copy.copy(self)
+        other.cfg, other.warn = cfg, warn or self.warn
+        other.truncate = Truncator(self.max_src_tokens, other.warn)
+        if cfg.sample:
+            import ctranslate2
+
+            ctranslate2.set_random_seed(cfg.seed)
+        return other
 
     def _source(self, line: str) -> list[str]:
         return self.truncate(self.src.encode(line, out_type=str))[0] + ["</s>"]

@@ -106,11 +106,14 @@ class Service:
         check_lines(lines, self.cfg)
         state.lines = len(lines)
         results, groups = route(lines, lambda line: s.name if (s := pick(line)) else None)
+        work = [(self.models.by_name(name), rows) for name, rows in groups.items()]
+        tokens = [sum(s.count_tokens(lines[i]) + 1 for i in rows) for s, rows in work]
+        if (total := sum(tokens)) > (cap := self.cfg.request_tokens):
+            raise ApiError(413, f"{total} source tokens in one request; at most {cap}")
         jobs: list[tuple[Job, list[int], Served]] = []
         try:
-            for name, rows in groups.items():
-                served = self.models.by_name(name)
-                job = self._submit(served, [lines[i] for i in rows], decode, (align, html))
+            for (served, rows), n in zip(work, tokens, strict=True):
+                job = self._submit(served, [lines[i] for i in rows], n, decode, (align, html))
                 jobs.append((job, rows, served))
         except ApiError:
             for job, _, _ in jobs:  # the request fails whole: its queued lines are not decoded
@@ -122,10 +125,11 @@ class Service:
                 routed[i] = (result, served)
         return routed
 
-    def _submit(self, served: Served, lines: list[str], decode: DecodeConfig, mode: tuple) -> Job:
+    def _submit(
+        self, served: Served, lines: list[str], tokens: int, decode: DecodeConfig, mode: tuple
+    ) -> Job:
         """One job for the batch worker; a full queue is a 503 (jobs of the request cancelled)."""
         loop = asyncio.get_running_loop()
-        tokens = sum(served.count_tokens(line) + 1 for line in lines)
         key = (served.name, astuple(decode), *mode)  # lines of one key can share a batch
         job = Job(key, lines, tokens, loop.create_future(), loop)
         try:
@@ -141,8 +145,12 @@ class Service:
             pick(
                 req.lines[0] if req.lines else ""
             )  # an unknown pair is an error even for empty text
-        nbest = min(req.alternatives + 1, self.cfg.decode.beam_size)
-        decode = request_decode(self.cfg.decode, nbest=nbest)
+        cap = self.cfg.max_beam or self.cfg.decode.beam_size
+        if req.alternatives + 1 > cap:
+            raise ApiError(
+                400, f"alternatives {req.alternatives}: at most {cap - 1} here (--max-beam)"
+            )
+        decode = request_decode(self.cfg, nbest=req.alternatives + 1)
         results = await self.translate(state, req.lines, pick, decode, html=req.html)
         out, start = [], 0
         for lines in req.items:
@@ -158,7 +166,7 @@ class Service:
 
     async def v1(self, state, req: V1Request) -> dict:
         """mtcli's own answer: n-best with scores, alignments and attention when asked."""
-        decode = request_decode(self.cfg.decode, req.beam_size, req.nbest, req.length_penalty)
+        decode = request_decode(self.cfg, req.beam_size, req.nbest, req.length_penalty)
         self.models.check_ready()
         pick = self.models.picker(req.source, req.target, req.model)
         results = await self.translate(state, req.lines, pick, decode, req.align or req.attention)

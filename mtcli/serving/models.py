@@ -5,6 +5,7 @@ engines.build_translator), and how to count a line's tokens for the batch budget
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from mtcli.engines.result import Translation
 from mtcli.serving.requests import ApiError
 from mtcli.text.language import source_language
 
+KEPT_TRANSLATORS = 4  # (model, settings) pairs whose translators are kept for the next batch
 LANGUAGE_NAMES = {"en": "English", "zh": "Chinese", "de": "German", "fr": "French"}
 
 
@@ -37,7 +39,10 @@ class Models:
     def __init__(self, load: Callable[[], list[Served]]):
         self.served, self.error = [], None
         self.ready = threading.Event()
-        self._translators: dict[tuple, object] = {}  # a translator per (model, settings)
+        # translators for the latest few (model, settings) pairs: settings travel with each
+        # request, and a translator over a loaded model is cheap to make, so memory does not
+        # grow with the settings clients send (it grew by one translator per setting before)
+        self._translators: collections.OrderedDict[tuple, object] = collections.OrderedDict()
         threading.Thread(target=self._load, args=(load,), daemon=True).start()
 
     def _load(self, load) -> None:
@@ -88,6 +93,9 @@ class Models:
             extra = {"html": True} if html else {}  # HTML documents: tags kept (text/markup.py)
             make = self.by_name(name).make_translator
             self._translators[key] = make(DecodeConfig(*settings), align, **extra)
+            while len(self._translators) > KEPT_TRANSLATORS:
+                self._translators.popitem(last=False)
+        self._translators.move_to_end(key)
         return self._translators[key].translate_chunk(lines)
 
     def picker(self, source: str, target: str | None, model: str | None = None):
@@ -126,11 +134,10 @@ def mtcli_served(name: str, loaded, device) -> Served:
 
 
 def ct2_served(path: Path, threads: int) -> Served:
-    """A CTranslate2 export, decoded by CTranslate2 (no alignments or attention there)."""
-    from mtcli.engines.ct2 import ct2_languages
-
+    """A CTranslate2 export, loaded once and decoded by CTranslate2 under each request's
+    settings (no alignments or attention there)."""
     options = EngineOptions(engine="ctranslate2", threads=threads)
-    probe = build_translator([path], DecodeConfig(), replace(options, text_layer=False))
+    loaded = build_translator([path], DecodeConfig(), replace(options, text_layer=False))
 
     def make(cfg: DecodeConfig, align: bool, html: bool = False):
         if align or html:
@@ -138,10 +145,10 @@ def ct2_served(path: Path, threads: int) -> Served:
                 400,
                 "the CTranslate2 engine gives no word alignments: no alignments, attention or HTML",
             )
-        return build_translator([path], cfg, options)
+        return build_translator([loaded], cfg, options)
 
-    src_lang, tgt_lang = ct2_languages(path)
-    return Served(path.name, src_lang, tgt_lang, make, lambda line: len(probe.src.encode(line)))
+    count = lambda line: len(loaded.src.encode(line))  # noqa: E731
+    return Served(path.name, loaded.src_lang, loaded.tgt_lang, make, count)
 
 
 def loader(

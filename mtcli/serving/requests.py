@@ -140,15 +140,27 @@ def parse_libre(fields: dict) -> LibreRequest:
     fmt = fields.get("format") or "text"
     if fmt not in ("text", "html"):
         raise ApiError(400, f"format {fmt!r} is not supported; use text or html")
-    try:
-        alternatives = int(fields.get("alternatives") or 0)
-    except (TypeError, ValueError):
-        raise ApiError(400, "invalid request: alternatives must be a number") from None
+    alternatives = _alternatives(fields.get("alternatives"))
     items = [q] if isinstance(q, str) else q
     # a text item may hold several lines; an HTML item is one document (newlines are spaces)
     split = [[item] if fmt == "html" else item.split("\n") for item in items]
     source = fields.get("source") or "auto"
     return LibreRequest(split, isinstance(q, str), source, target, alternatives, fmt == "html")
+
+
+def _alternatives(value) -> int:
+    """LibreTranslate's `alternatives`: absent, or a whole number of at least 1."""
+    if value is None or value == "":
+        return 0
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ApiError(400, "invalid request: alternatives must be a whole number") from None
+    if isinstance(value, bool) or number < 1 or (isinstance(value, float) and value != number):
+        raise ApiError(
+            400, f"invalid request: alternatives {value!r}: must be 1 or more (or absent)"
+        )
+    return number
 
 
 def check_lines(lines: list[str], cfg: ServeConfig) -> None:
@@ -163,17 +175,20 @@ def check_lines(lines: list[str], cfg: ServeConfig) -> None:
 
 
 def request_decode(
-    defaults: DecodeConfig, beam_size=None, nbest=None, length_penalty=None
+    cfg: ServeConfig, beam_size=None, nbest=None, length_penalty=None
 ) -> DecodeConfig:
-    """The server's decode settings with what a request chose; config.py's rules judge them
-    (nbest above the beam among them), as they judge the command line's flags."""
+    """The server's decode settings with what a request chose, within the server's caps (a
+    beam, n-best list or alternatives above --max-beam is a 400); config.py's rules judge the
+    rest (nbest above the beam among them), as they judge the command line's flags."""
+    defaults, cap = cfg.decode, cfg.max_beam or cfg.decode.beam_size
+    for name, value in (("beam_size", beam_size), ("nbest", nbest)):
+        if value is not None and value > cap:
+            raise ApiError(400, f"{name} {value}: this server allows at most {cap} (--max-beam)")
     alpha = defaults.length_penalty if length_penalty is None else length_penalty
     try:
         return replace(
-            defaults,
-            beam_size=beam_size or defaults.beam_size,
-            nbest=nbest or 1,
+            defaults, beam_size=beam_size or defaults.beam_size, nbest=nbest or 1,
             length_penalty=alpha,
-        )
+        )  # fmt: skip
     except ConfigError as e:
         raise ApiError(400, f"{e.key} {e.value}: {e.why}") from None

@@ -183,7 +183,8 @@ def test_v1_errors_and_the_request_log(client):
 
 
 def test_api_key(copy_model_dir):
-    """With --api-key, a missing or wrong key is 403; the right one (field or header) passes."""
+    """With --api-key, a missing or wrong key is 403 (compared in constant time, hmac); the
+    right one (field or header) passes."""
     app = create_app(_models(copy_model_dir), ServeConfig(api_key="s3cret"))
     with TestClient(app) as c:
         assert _wait_ready(c)
@@ -197,6 +198,12 @@ def test_api_key(copy_model_dir):
             ).status_code
             == 200
         )
+        # a machine-readable reason (the page asks for the key on it); a key of the wrong type
+        # is only wrong; the header serves LibreTranslate's routes too
+        assert c.post("/translate", json=q).json()["reason"] == "api_key_required"
+        assert c.post("/translate", json={**q, "api_key": ["s3cret"]}).json()["reason"] == "api_key_invalid"  # fmt: skip
+        assert c.post("/translate", json=q, headers={"X-API-Key": "s3cret"}).status_code == 200
+        assert c.post("/detect", json={"q": "a b"}).status_code == 403
 
 
 def test_health_waits_for_the_models(copy_model_dir):

@@ -61,7 +61,12 @@ def _model_paths(models: tuple[str, ...]):
 @_limit("--max-lines", SERVE.max_lines, "Lines in one request.")
 @_limit("--max-body", SERVE.max_body, "Bytes in one request body.", low=64)
 @_limit("--queue-size", SERVE.queue_size, "Requests waiting; beyond, 503 with Retry-After.")
-@_limit("--max-beam", SERVE.max_beam, "Widest beam, n-best or alternatives a request asks (0: -b).", low=0)
+@_limit(
+    "--max-beam",
+    SERVE.max_beam,
+    "Widest beam, n-best or alternatives a request asks (0: -b).",
+    low=0,
+)
 @_limit("--max-request-tokens", SERVE.request_tokens, "Source tokens of one request's lines together.")  # fmt: skip
 @click.option(
     "--api-key",

@@ -19,6 +19,7 @@ arrive together are decoded together (batching.py); a line's translation is the 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import os
 import socket
 import time
@@ -44,6 +45,7 @@ from mtcli.serving.requests import (
     ServeConfig,
     V1Request,
     V1Response,
+    check_fields,
     check_lines,
     parse_libre,
     parse_v1,
@@ -84,9 +86,16 @@ class Service:
         self.models, self.cfg = models, cfg
         self.batcher: Batcher | None = None  # started with the app (create_app's lifespan)
 
-    def check_key(self, given) -> None:
-        if self.cfg.api_key and given != self.cfg.api_key:
-            raise ApiError(403, "invalid API key" if given else "an API key is required")
+    def check_key(self, given, header: str | None) -> None:
+        """The server's key, from the body's api_key (as LibreTranslate clients send it) or
+        the X-API-Key header, compared in constant time (hmac: no timing to learn it from)."""
+        if not self.cfg.api_key:
+            return
+        given = given or header
+        if not given:
+            raise ApiError(403, "an API key is required", reason="api_key_required")
+        if not (isinstance(given, str) and hmac.compare_digest(given.encode(), self.cfg.api_key.encode())):  # fmt: skip
+            raise ApiError(403, "invalid API key", reason="api_key_invalid")
 
     async def translate(
         self,
@@ -251,7 +260,7 @@ def _log_requests(app: FastAPI, log: Callable[[str], None]) -> None:
 def _errors_as_json(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, e: ApiError):
-        return JSONResponse({"error": e.message}, status_code=e.status, headers=e.headers)
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException):
@@ -266,7 +275,7 @@ def _translation_routes(app: FastAPI, service: Service) -> None:
         """LibreTranslate's /translate: `q` a string or a list of strings; `translatedText`
         has the same shape. `source` may be "auto" (each line by its script)."""
         fields = await read_fields(request, cfg.max_body)
-        service.check_key(fields.get("api_key"))
+        service.check_key(fields.get("api_key"), request.headers.get("x-api-key"))
         service.models.check_ready()
         return await service.libretranslate(request.state, parse_libre(fields))
 
@@ -281,7 +290,7 @@ def _translation_routes(app: FastAPI, service: Service) -> None:
         """Lines in, one translation each: n-best with scores, word alignments and, when asked,
         the cross-attention matrix (the last decoder layer, mean over heads)."""
         req = parse_v1(await read_body(request, cfg.max_body))
-        service.check_key(req.api_key or request.headers.get("x-api-key"))
+        service.check_key(req.api_key, request.headers.get("x-api-key"))
         return await service.v1(request.state, req)
 
 
@@ -293,7 +302,8 @@ def _other_routes(app: FastAPI, service: Service) -> None:
         """LibreTranslate's /detect: for `q` (a string, or a list: one answer each) the
         language and a confidence in percent."""
         fields = await read_fields(request, service.cfg.max_body)
-        service.check_key(fields.get("api_key"))
+        check_fields(fields, {"q", "api_key", "secret"})
+        service.check_key(fields.get("api_key"), request.headers.get("x-api-key"))
         q = fields.get("q")
         if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
             raise ApiError(400, "invalid request: q must be a string or a list of strings")

@@ -10,22 +10,29 @@ import urllib.parse
 from dataclasses import dataclass, replace
 
 from fastapi import Request
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mtcli.config import ConfigError, DecodeConfig, ServeConfig
 from mtcli.data.textio import invalid_utf8_at
 
 
 class ApiError(Exception):
-    """A request mistake (4xx) or a busy server (503), shown as {"error": message}."""
+    """A request mistake (4xx) or a busy server (503), shown as {"error": message} (and a
+    machine-readable "reason" where a client acts on it: the page asks for a missing key)."""
 
-    def __init__(self, status: int, message: str, headers: dict | None = None):
+    def __init__(self, status: int, message: str, headers: dict | None = None, reason: str = ""):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers or {}
+        self.reason = reason
+
+    def body(self) -> dict:
+        return {"error": self.message, **({"reason": self.reason} if self.reason else {})}
 
 
 class V1Request(BaseModel):
     """POST /v1/translate."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is a 400, not ignored
 
     lines: list[str] = Field(description="Lines to translate, one translation per line.")
     source: str = Field("auto", description="Source language; auto: by the script of each line.")
@@ -107,6 +114,8 @@ async def read_fields(request: Request, limit: int) -> dict:
         data = json.loads(body or b"null")
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "the body is not valid JSON") from None
+    except RecursionError:  # [[[[ ... 5,000 deep: Python's parser recurses per level
+        raise ApiError(400, "the body is nested too deeply") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the body must be a JSON object")
     return data
@@ -128,7 +137,21 @@ class LibreRequest:
         return [line for item in self.items for line in item]
 
 
+LIBRE_FIELDS = {"q", "source", "target", "format", "api_key", "alternatives", "secret"}
+
+
+def check_fields(fields: dict, known: set[str]) -> None:
+    """Unknown fields are a 400 (a misspelt `targte` was ignored), and so is a field other
+    than q given twice (a form's repeated key)."""
+    if unknown := sorted(set(fields) - known):
+        raise ApiError(400, f"invalid request: unknown field {unknown[0]!r}")
+    for name, value in fields.items():
+        if name != "q" and isinstance(value, list):
+            raise ApiError(400, f"invalid request: {name} given {len(value)} times")
+
+
 def parse_libre(fields: dict) -> LibreRequest:
+    check_fields(fields, LIBRE_FIELDS)
     q = fields.get("q")
     if q is None:
         raise ApiError(400, "invalid request: missing q parameter")
@@ -137,6 +160,9 @@ def parse_libre(fields: dict) -> LibreRequest:
     target = fields.get("target")
     if not isinstance(target, str) or not target:
         raise ApiError(400, "invalid request: missing target parameter")
+    for name in ("source", "format"):
+        if not isinstance(fields.get(name) or "", str):
+            raise ApiError(400, f"invalid request: {name} must be a string")
     fmt = fields.get("format") or "text"
     if fmt not in ("text", "html"):
         raise ApiError(400, f"format {fmt!r} is not supported; use text or html")

@@ -60,3 +60,27 @@ def test_the_page_translates_as_you_type_and_draws_attention(browser, tmp_path):
         print("translation:", browser.find_element(By.ID, "translation").text, "screenshot:", shot)
     finally:
         server.stop()
+
+
+def test_the_page_asks_for_the_key_a_server_needs(browser):
+    """With --api-key the page's first translation gets a 403 with a reason: it shows a key
+    field, and once the key is typed the translation appears."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = _Server("-m", "en-zh-tiny", "--api-key", "s3cret")
+    try:
+        browser.get(server.url + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_element(By.ID, "status").text == "ready")
+        browser.find_element(By.ID, "source").send_keys("Why do we work?")
+        wait.until(lambda b: b.find_element(By.ID, "key").is_displayed())
+        assert "key" in browser.find_element(By.ID, "error").text
+        browser.find_element(By.ID, "key").send_keys("s3cret")
+        wait.until(
+            lambda b: any(
+                "\u4e00" <= ch <= "\u9fff" for ch in b.find_element(By.ID, "translation").text
+            )
+        )
+    finally:
+        server.stop()

@@ -201,7 +201,8 @@ def test_api_key(copy_model_dir):
         # a machine-readable reason (the page asks for the key on it); a key of the wrong type
         # is only wrong; the header serves LibreTranslate's routes too
         assert c.post("/translate", json=q).json()["reason"] == "api_key_required"
-        assert c.post("/translate", json={**q, "api_key": ["s3cret"]}).json()["reason"] == "api_key_invalid"  # fmt: skip
+        wrong_type = {**q, "api_key": ["s3cret"]}
+        assert c.post("/translate", json=wrong_type).json()["reason"] == "api_key_invalid"
         assert c.post("/translate", json=q, headers={"X-API-Key": "s3cret"}).status_code == 200
         assert c.post("/detect", json={"q": "a b"}).status_code == 403
 

@@ -47,6 +47,7 @@ from mtcli.serving.requests import (
     V1Response,
     check_fields,
     check_lines,
+    check_text,
     parse_libre,
     parse_v1,
     read_body,
@@ -176,6 +177,8 @@ class Service:
     async def v1(self, state, req: V1Request) -> dict:
         """mtcli's own answer: n-best with scores, alignments and attention when asked."""
         decode = request_decode(self.cfg, req.beam_size, req.nbest, req.length_penalty)
+        for name in ("source", "target", "model"):
+            check_text(name, getattr(req, name))
         self.models.check_ready()
         pick = self.models.picker(req.source, req.target, req.model)
         results = await self.translate(state, req.lines, pick, decode, req.align or req.attention)

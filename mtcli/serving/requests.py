@@ -144,10 +144,21 @@ def check_fields(fields: dict, known: set[str]) -> None:
     """Unknown fields are a 400 (a misspelt `targte` was ignored), and so is a field other
     than q given twice (a form's repeated key)."""
     if unknown := sorted(set(fields) - known):
-        raise ApiError(400, f"invalid request: unknown field {unknown[0]!r}")
+        raise ApiError(400, f"invalid request: unknown field {unknown[0][:40]!r}")
     for name, value in fields.items():
         if name != "q" and isinstance(value, list):
             raise ApiError(400, f"invalid request: {name} given {len(value)} times")
+        check_text(name, value)
+
+
+def check_text(name: str, value) -> None:
+    """A string field (or a list's strings) must be valid Unicode: JSON can escape a lone
+    surrogate, which no encoder writes (it was a 500 where the field reached a message)."""
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, str) and (at := invalid_utf8_at(item)) is not None:
+            raise ApiError(
+                400, f"invalid request: {name} is not valid Unicode (character {at + 1})"
+            )
 
 
 def parse_libre(fields: dict) -> LibreRequest:

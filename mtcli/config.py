@@ -192,6 +192,9 @@ class ServeConfig:
         0  # the widest beam, n-best list or alternatives a request may ask (0: decode's beam)
     )
     request_tokens: int = 4000  # source tokens of all of a request's lines together
+    request_timeout: float = 10.0  # seconds a request's headers and body may take to arrive
+    keep_alive: float = 5.0  # seconds an idle kept-alive connection stays open
+    max_connections: int = 1000  # held at once; beyond, the stalest unfinished one is dropped
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults a request may override
 
 

@@ -67,6 +67,25 @@ def _model_paths(models: tuple[str, ...]):
     "Widest beam, n-best or alternatives a request asks (0: -b).",
     low=0,
 )
+@_limit(
+    "--max-connections",
+    SERVE.max_connections,
+    "Connections held; beyond, the stalest unfinished goes.",
+)
+@click.option(
+    "--request-timeout",
+    default=SERVE.request_timeout,
+    show_default=True,
+    type=FiniteRange(0.1, 3600),
+    help="Seconds a request's headers and body may take.",
+)
+@click.option(
+    "--keep-alive",
+    default=SERVE.keep_alive,
+    show_default=True,
+    type=FiniteRange(0.1, 3600),
+    help="Seconds an idle connection stays open.",
+)
 @_limit("--max-request-tokens", SERVE.request_tokens, "Source tokens of one request's lines together.")  # fmt: skip
 @click.option(
     "--api-key",
@@ -85,8 +104,8 @@ def _model_paths(models: tuple[str, ...]):
 @decode_options
 def serve_command(
     models, host, port, batch_wait_ms, max_batch_tokens, max_chars, max_lines, max_body,
-    queue_size, max_beam, max_request_tokens, api_key, shutdown_timeout, engine, device, threads,
-    **decode,
+    queue_size, max_beam, max_connections, request_timeout, keep_alive, max_request_tokens, api_key,
+    shutdown_timeout, engine, device, threads, **decode,
 ) -> None:  # fmt: skip
     """Serve translation over HTTP: LibreTranslate's API, mtcli's own, and a web page at /.
 
@@ -108,17 +127,24 @@ def serve_command(
     cfg = ServeConfig(
         batch_wait_ms=batch_wait_ms, batch_tokens=max_batch_tokens, max_chars=max_chars,
         max_lines=max_lines, max_body=max_body, queue_size=queue_size, api_key=api_key,
-        max_beam=max_beam, request_tokens=max_request_tokens, decode=decode_cfg,
+        max_beam=max_beam, request_tokens=max_request_tokens, request_timeout=request_timeout,
+        keep_alive=keep_alive, max_connections=max_connections, decode=decode_cfg,
     )  # fmt: skip
     app = serve.create_app(serve.Models(load), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
     console.print(f"serving on http://{host}:{port}  (web page /, API docs /docs)", markup=False)
-    _run(uvicorn, app, sock, shutdown_timeout)
+    _run(uvicorn, app, sock, cfg, shutdown_timeout)
 
 
-def _run(uvicorn, app, sock, shutdown_timeout: int) -> None:
-    """uvicorn on the bound socket until SIGTERM/SIGINT, which end it gracefully."""
+def _run(uvicorn, app, sock, cfg, shutdown_timeout: int) -> None:
+    """uvicorn on the bound socket until SIGTERM/SIGINT, which end it gracefully; its
+    connections have deadlines and a cap (serving/connections.py)."""
+    from mtcli.serving.connections import protocol
+
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=shutdown_timeout)
+        uvicorn.Config(
+            app, log_level="warning", access_log=False, timeout_graceful_shutdown=shutdown_timeout,
+            http=protocol(cfg.request_timeout, cfg.max_connections), timeout_keep_alive=cfg.keep_alive,
+        )
     )  # fmt: skip
     # uvicorn stops gracefully on SIGTERM/SIGINT, then raises the signal again to the handler
     # that was there before it: a quiet one, so a clean shutdown exits 0, not by the signal

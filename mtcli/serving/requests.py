@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import ClientDisconnect
 
 from mtcli.config import ConfigError, DecodeConfig, ServeConfig
 from mtcli.data.textio import invalid_utf8_at
@@ -88,11 +89,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"request body of {declared} bytes; at most {limit}")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"request body over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"request body over {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or closed at the request deadline: nobody to answer
+        raise ApiError(400, "the client went away before its body arrived") from None
     return b"".join(chunks)
 
 
@@ -146,7 +150,9 @@ def check_fields(fields: dict, known: set[str]) -> None:
     if unknown := sorted(set(fields) - known):
         raise ApiError(400, f"invalid request: unknown field {unknown[0][:40]!r}")
     for name, value in fields.items():
-        if name != "q" and isinstance(value, list):
+        if name == "q":
+            continue  # its lines are checked one by one, by number (check_lines)
+        if isinstance(value, list):
             raise ApiError(400, f"invalid request: {name} given {len(value)} times")
         check_text(name, value)
 

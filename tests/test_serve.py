@@ -395,3 +395,43 @@ def test_a_libretranslate_client_talks_to_mtcli_serve():
     finally:
         code, err = server.stop()
     assert code == 0, err
+
+
+def test_requests_cannot_ask_for_more_than_the_server_allows(copy_model_dir):
+    """--max-beam caps beam_size, nbest and alternatives (default: the server's beam size);
+    alternatives below 1 is a 400; a request's source tokens are bounded."""
+    cfg = ServeConfig(decode=DecodeConfig(beam_size=3), request_tokens=40)
+    with TestClient(create_app(_models(copy_model_dir), cfg)) as c:
+        assert _wait_ready(c)
+        q = {"q": "a b", "source": "en", "target": "zh"}
+        for body, error in (
+            ({"lines": ["a b"], "beam_size": 4}, "beam_size 4: this server allows at most 3 (--max-beam)"),
+            ({"lines": ["a b"], "beam_size": 3, "nbest": 4}, "nbest 4: this server allows at most 3"),
+        ):  # fmt: skip
+            r = c.post("/v1/translate", json=body)
+            assert r.status_code == 400 and r.json()["error"].startswith(error), r.text
+        widest = {"lines": ["a b"], "beam_size": 3, "nbest": 3}
+        assert c.post("/v1/translate", json=widest).status_code == 200
+        for bad in (-4, 0, "x", True, 1.5):
+            r = c.post("/translate", json={**q, "alternatives": bad})
+            assert r.status_code == 400 and "alternatives" in r.json()["error"], (bad, r.text)
+        r = c.post("/translate", json={**q, "alternatives": 3})
+        assert r.status_code == 400 and "at most 2 here (--max-beam)" in r.json()["error"]
+        assert len(c.post("/translate", json={**q, "alternatives": 2}).json()["alternatives"]) <= 2
+        r = c.post("/translate", json={**q, "q": ["a b c d e f g h i j"] * 6})
+        assert (
+            r.status_code == 413 and "source tokens in one request; at most 40" in r.json()["error"]
+        )
+
+
+def test_memory_is_not_a_cache_of_settings(copy_model_dir):
+    """Translators are kept for the latest few model+settings pairs, not one per setting."""
+    from mtcli.serving.models import KEPT_TRANSLATORS
+
+    models = _models(copy_model_dir)
+    with TestClient(create_app(models, ServeConfig())) as c:
+        assert _wait_ready(c)
+        for i in range(3 * KEPT_TRANSLATORS):
+            body = {"lines": ["a b"], "length_penalty": i / 10}
+            assert c.post("/v1/translate", json=body).status_code == 200
+    assert len(models._translators) == KEPT_TRANSLATORS

@@ -507,6 +507,27 @@ CASES = [
         None,
     ),  # fmt: skip
     (
+        "request timeout nan",
+        ["serve", "-m", "{dir}/model", "--request-timeout", "nan"],
+        None,
+        "Invalid value for '--request-timeout': nan is not a number",
+        None,
+    ),  # fmt: skip
+    (
+        "no connection at all",
+        ["serve", "-m", "{dir}/model", "--max-connections", "0"],
+        None,
+        "Invalid value for '--max-connections': 0 is not in the range x>=1.",
+        None,
+    ),  # fmt: skip
+    (  # the server's own beam would be above what it lets a request ask
+        "max beam below the beam",
+        ["serve", "-m", "{dir}/model", "--beam-size", "5", "--max-beam", "2"],
+        None,
+        "--max-beam 2: below --beam-size 5, the server's own",
+        None,
+    ),  # fmt: skip
+    (
         "character coverage nan",
         [*TOKENIZE, "--out", "{dir}/t", "--character-coverage", "nan"],
         None,

@@ -114,6 +114,8 @@ def serve_command(
          -d '{"q": "Why do we work?", "source": "en", "target": "zh"}'
     """
     decode_cfg = build_decode_config(**decode)
+    if max_beam and max_beam < (beam := decode_cfg.beam_size):
+        raise UserError(f"--max-beam {max_beam}: below --beam-size {beam}, the server's own")
     paths = _model_paths(models)
     try:
         import uvicorn

@@ -272,3 +272,18 @@ def test_a_damaged_identifier_cache_is_made_again(download_cache):
         assert cached.stat().st_size > 1_000_000
     finally:
         language._identifier.cache_clear()
+
+
+def test_the_nbest_list_is_given_back_as_the_best_one_is():
+    """The best of the n-best list is the translation given back (its number put right), and
+    the others are given back alike; a sampled draw is never replaced by a search."""
+    t = build_translator(
+        [MODELS / "en-zh-tiny"], DecodeConfig(nbest=3), EngineOptions(device="cpu")
+    )
+    r = t.translate_chunk(["She was born in 1987."])[0]
+    assert r.nbest[0] == (r.text, r.score) and "1987" in r.text
+    assert all("198年" not in text for text, _ in r.nbest), r.nbest
+    sampling = DecodeConfig(sample=True, beam_size=1, nbest=1, seed=3)
+    assert not build_translator(
+        [MODELS / "en-zh-tiny"], sampling, EngineOptions(device="cpu")
+    ).inner.constrains

@@ -78,7 +78,9 @@ class Translator:
         # the target phrases (token ids) a line's translation must contain: a glossary's terms
         self.constraints = constraints
         self.tgt_lang = tgt_lang  # how a kept string is written inside a target sentence
-        self.constrains = True  # translate_chunk's `keep` is enforced (text/layer.py asks)
+        # translate_chunk's `keep` is enforced (text/layer.py asks); not when sampling: a draw
+        # is what it is, and constrained beam search would replace it by a search
+        self.constrains = not cfg.sample
         self.tokenizer, self.cfg = tokenizer, cfg
         self.align = align  # record attention while decoding and turn it into word alignments
         self.trace = trace  # record every step of the search (Translation.trace)

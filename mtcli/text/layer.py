@@ -145,13 +145,16 @@ class TextLayer:
         """The line's translation (an engines.result.Translation) from its segments'."""
         texts = [self._give_back(seg, part.text) for seg, part in zip(segments, parts, strict=True)]
         if len(parts) == 1:
-            result = parts[0]
-            result.source = line
-            if texts[0] != result.text:
-                result.nbest = [(texts[0], result.score)] + [
-                    (self._give_back(segments[0], t, quiet=True), s) for t, s in result.nbest[1:]
+            result, segment = parts[0], segments[0]
+            result.source, result.text = line, texts[0]
+            if result.nbest and (segment.keep or segment.casing != "plain"):
+                # the best one as given back (numbers put right, spans in), the others alike
+                numbers = [k for k in segment.keep if NUMBER.fullmatch(k)]
+                rest = [
+                    (self._give_back(segment, renumbered(t, numbers), quiet=True), s)
+                    for t, s in result.nbest[1:]
                 ]
-                result.text = texts[0]
+                result.nbest = [(texts[0], result.nbest[0][1]), *rest]
             return result
         text = join_sentences(texts, self.tgt_lang)
         score = sum(p.score for p in parts) / len(parts)

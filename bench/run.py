@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark in its own process, then print one table.
 
-    python bench/run.py [--minutes 20] [--only train,decode,serve,quality]
+    python bench/run.py [--minutes 20] [--only train,decode,ct2,serve,hostile,attention,quality]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -135,6 +135,22 @@ def table() -> str:
             ("serve", "concurrent / sequential", "ratio", f"{sv['throughput_ratio']:.2f}x"),
             ("serve", "server peak RSS", "MB", str(sv["server_peak_rss_mb"])),
         ]
+    if h := _load("serve_hostile"):
+        for engine, r in h.get("settings", {}).get("results", {}).items():
+            n = h["settings"]["requests"]
+            value = (
+                f"{r['rss_after_100_mb']} -> {r[f'rss_after_{n}_mb']} ({100 * r['growth']:+.1f}%)"
+            )
+            rows.append(("serve", f"{n} distinct settings, {engine}", "RSS MB after 100 -> all", value))  # fmt: skip
+        if s := h.get("soak"):
+            rss = f"{s['rss_after_1_min_mb']} -> {s['rss_at_end_mb']}"
+            value = (
+                f"{s['failed_valid']}/{s['valid']} | {s['p99_ms']:.0f} | {rss} | {s['exit_code']}"
+            )
+            what = "failed | p99 ms | RSS MB | exit"
+            rows.append(
+                ("serve", f"soak {s['minutes']:g} min, {s['clients']} clients", what, value)
+            )
     if at := _load("attention"):
         for kind, r in at["results"].items():
             value = f"{r['BLEU']:.2f} | {r['chrF2']:.2f} | {r['tgt_tokens_per_s']:,} ({r['steps']} steps)"
@@ -175,7 +191,7 @@ def table() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
-    ap.add_argument("--only", default="train,decode,ct2,serve,attention,quality")
+    ap.add_argument("--only", default="train,decode,ct2,serve,hostile,attention,quality")
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
     if not args.table:
@@ -188,6 +204,9 @@ def main() -> None:
             _run("ct2.py")
         if "serve" in only:
             _run("serve.py")
+        if "hostile" in only:  # distinct settings on both engines, then the 10-minute soak
+            _run("serve_hostile.py", "settings")
+            _run("serve_hostile.py", "soak")
         if "attention" in only:
             _run("attention.py")
         if "quality" in only:

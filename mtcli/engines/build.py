@@ -25,6 +25,7 @@ from mtcli.store import registry
 from mtcli.text.glossary import Glossary, phrase_ids
 from mtcli.text.language import majority_language, source_language
 from mtcli.text.layer import TextLayer
+from mtcli.text.sentences import UNSPACED
 
 if TYPE_CHECKING:
     import torch
@@ -112,7 +113,7 @@ def _constraints(glossary: Glossary | None, loaded) -> Callable[[str], list[list
     """A line -> the token-id phrases of the glossary terms its translation must contain."""
     if glossary is None:
         return None
-    spaced = loaded.tgt_lang not in ("zh", "ja")  # a term starts a word only with spaces
+    spaced = loaded.tgt_lang not in UNSPACED  # a term starts a word only with spaces
     tokenizer = loaded.tokenizer
     return lambda line: [phrase_ids(tokenizer, t, spaced) for t in glossary.targets_for(line)]
 

@@ -24,6 +24,7 @@ from mtcli.engines.result import AttentionMaps, Translation
 from mtcli.engines.routing import Truncator, stream
 from mtcli.model.transformer import Seq2Seq
 from mtcli.text.glossary import phrase_ids
+from mtcli.text.sentences import UNSPACED
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
@@ -217,7 +218,7 @@ class Translator:
 
     def _phrases(self, keep, i: int) -> list[list[int]]:
         """Target token ids of line i's strings to keep, as they appear inside a sentence."""
-        spaced = self.tgt_lang not in ("zh", "ja")
+        spaced = self.tgt_lang not in UNSPACED
         return [ids for s in (keep[i] if keep else []) if (ids := phrase_ids(self.tokenizer, s, spaced))]  # fmt: skip
 
     def _decode_constrained(self, lines, item, results, phrases) -> bool:

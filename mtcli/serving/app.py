@@ -45,8 +45,10 @@ from mtcli.serving.requests import (
     ServeConfig,
     V1Request,
     V1Response,
+    beam_cap,
     check_fields,
     check_lines,
+    check_q,
     check_text,
     parse_libre,
     parse_v1,
@@ -155,7 +157,7 @@ class Service:
             pick(
                 req.lines[0] if req.lines else ""
             )  # an unknown pair is an error even for empty text
-        cap = self.cfg.max_beam or self.cfg.decode.beam_size
+        cap = beam_cap(self.cfg)
         if req.alternatives + 1 > cap:
             raise ApiError(
                 400, f"alternatives {req.alternatives}: at most {cap - 1} here (--max-beam)"
@@ -308,8 +310,7 @@ def _other_routes(app: FastAPI, service: Service) -> None:
         check_fields(fields, {"q", "api_key", "secret"})
         service.check_key(fields.get("api_key"), request.headers.get("x-api-key"))
         q = fields.get("q")
-        if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
-            raise ApiError(400, "invalid request: q must be a string or a list of strings")
+        check_q(q)
         answers = [_detected(text) for text in ([q] if isinstance(q, str) else q)]
         return answers[0] if isinstance(q, str) else answers
 

@@ -157,6 +157,17 @@ def check_fields(fields: dict, known: set[str]) -> None:
         check_text(name, value)
 
 
+def check_q(q) -> None:
+    """LibreTranslate's q: a string or a list of strings (for /translate and /detect)."""
+    if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+        raise ApiError(400, "invalid request: q must be a string or a list of strings")
+
+
+def beam_cap(cfg: ServeConfig) -> int:
+    """The widest beam, n-best list or alternatives + 1 a request may ask (--max-beam)."""
+    return cfg.max_beam or cfg.decode.beam_size
+
+
 def check_text(name: str, value) -> None:
     """A string field (or a list's strings) must be valid Unicode: JSON can escape a lone
     surrogate, which no encoder writes (it was a 500 where the field reached a message)."""
@@ -172,8 +183,7 @@ def parse_libre(fields: dict) -> LibreRequest:
     q = fields.get("q")
     if q is None:
         raise ApiError(400, "invalid request: missing q parameter")
-    if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
-        raise ApiError(400, "invalid request: q must be a string or a list of strings")
+    check_q(q)
     target = fields.get("target")
     if not isinstance(target, str) or not target:
         raise ApiError(400, "invalid request: missing target parameter")
@@ -223,7 +233,7 @@ def request_decode(
     """The server's decode settings with what a request chose, within the server's caps (a
     beam, n-best list or alternatives above --max-beam is a 400); config.py's rules judge the
     rest (nbest above the beam among them), as they judge the command line's flags."""
-    defaults, cap = cfg.decode, cfg.max_beam or cfg.decode.beam_size
+    defaults, cap = cfg.decode, beam_cap(cfg)
     for name, value in (("beam_size", beam_size), ("nbest", nbest)):
         if value is not None and value > cap:
             raise ApiError(400, f"{name} {value}: this server allows at most {cap} (--max-beam)")

@@ -90,10 +90,12 @@ def detect(text: str) -> tuple[str | None, float]:
     the share of lines in it, times py3langid's probability where it was asked (Latin and
     Cyrillic lines), for LibreTranslate's /detect and detectedLanguage."""
     lines = [line for line in text.splitlines() if line.strip()]
-    top, share = majority_language(source_language(line) for line in lines)
+    languages = [source_language(line) for line in lines]
+    top, share = majority_language(languages)
     if top is None:
         return None, 0.0
-    probabilities = [_probability(line, top) for line in lines if source_language(line) == top]
+    ours = [line for line, lang in zip(lines, languages, strict=True) if lang == top]
+    probabilities = [_probability(line, top) for line in ours]
     return top, round(100 * share * sum(probabilities) / len(probabilities), 1)
 
 

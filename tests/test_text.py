@@ -287,3 +287,15 @@ def test_the_nbest_list_is_given_back_as_the_best_one_is():
     assert not build_translator(
         [MODELS / "en-zh-tiny"], sampling, EngineOptions(device="cpu")
     ).inner.constrains
+
+
+@pytest.mark.parametrize(
+    ("document", "kept"),
+    [("<script>never closed", "<script>never closed"), ("Hi there. <!-- unfinished", "<!-- unfinished"),
+     ("Run <code>make test now", "<code>make test now"), ("<", "<")],
+)  # fmt: skip
+def test_what_the_parser_still_holds_at_the_end_is_kept(document, kept):
+    """An unclosed <script> or <code>, or an unfinished comment: kept as written, not dropped
+    (html.parser drops an unclosed script's text) nor translated."""
+    t = build_translator([MODELS / "en-zh-tiny"], DecodeConfig(), EngineOptions(device="cpu", html=True))  # fmt: skip
+    assert kept in t.translate_chunk([document])[0].text

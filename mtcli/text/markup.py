@@ -177,7 +177,20 @@ class _Reader(HTMLParser):
         self._verbatim(f"<?{data}>")
 
     def close(self) -> None:
+        # what the parser still holds at the end is kept as it was: the text of a <script>
+        # never closed, or an unfinished "<!-- ..." (html.parser drops the first and would
+        # hand the second over as text to translate)
+        rest = self.rawdata[self.rawdata.find("<") :] if "<" in self.rawdata else ""
+        if self.cdata_elem is not None or rest:
+            leftover = self.rawdata if self.cdata_elem is not None else rest
+            self.rawdata = self.rawdata[: len(self.rawdata) - len(leftover)]
+            if self.opaque:
+                self._raw(leftover)
+            else:
+                self._verbatim(leftover)
         super().close()
+        if self.inline is not None:  # an inline <code> never closed: kept in its sentence
+            self._keep_inline()
         self._end_run()
 
 

@@ -37,7 +37,8 @@ from mtcli.config import (  # noqa: E402
     ModelConfig,
     TrainConfig,
 )
-from mtcli.data.batches import collate, epoch_batches, load_corpus  # noqa: E402
+from mtcli.data.batches import collate, epoch_batches  # noqa: E402
+from mtcli.data.token_store import Filters, encode_pairs  # noqa: E402
 from mtcli.data.parallel_text import read_parallel  # noqa: E402
 from mtcli.data.tokenizer import TokenizerOptions, train_tokenizer  # noqa: E402
 from mtcli.device import limit_kernel_caches  # noqa: E402
@@ -170,19 +171,14 @@ def main() -> None:
         tmp / "tok",
         TokenizerOptions(vocab_size=args.vocab_size),
     )
-    corpus = load_corpus(
-        read_parallel(data / "train.en", data / "train.zh"), tok.encode_src, tok.encode_tgt
-    )
-    valid = load_corpus(
-        read_parallel(data / "valid.en", data / "valid.zh"), tok.encode_src, tok.encode_tgt
-    )
+    corpus = encode_pairs(read_parallel(data / "train.en", data / "train.zh"), tok, Filters())
+    valid = encode_pairs(read_parallel(data / "valid.en", data / "valid.zh"), tok, Filters())
     cfg = TrainConfig(max_tokens=4096, warmup=4000, lr_factor=2.0)
     model_cfg = ModelConfig(
         src_vocab_size=tok.src_vocab_size, tgt_vocab_size=tok.tgt_vocab_size, dropout=0.1
     )
-    batches = epoch_batches(corpus, max_tokens=cfg.max_tokens, seed=1, epoch=0)[
-        : args.warmup_steps + args.steps
-    ]
+    epoch = epoch_batches(corpus, max_tokens=cfg.max_tokens, seed=1, epoch=0)
+    batches = [epoch[k] for k in range(min(len(epoch), args.warmup_steps + args.steps))]
 
     results = {}
     for name, precision in (("mtcli_fp32", "fp32"), ("mtcli_bf16", "bf16")):
@@ -209,7 +205,8 @@ def main() -> None:
         p.numel() for p in reference.parameters()
     )
 
-    mean_rows = sum(len(b) * max(corpus.tgt_len(i) for i in b) for b in batches) / len(batches)
+    tgt_lens = corpus.tgt_lens()
+    mean_rows = sum(len(b) * int(tgt_lens[b].max()) for b in batches) / len(batches)
     peak_fp32 = matmul_peak(model_cfg, int(mean_rows), torch.float32)
     peak_bf16 = matmul_peak(model_cfg, int(mean_rows), torch.bfloat16)
     ref = results["torch_nn_transformer_fp32"]["tgt_tokens_per_s"]

@@ -100,6 +100,9 @@ class TrainConfig:
 
     src: str = ""  # training source text, one sentence per line
     tgt: str = ""  # training target text, aligned with src
+    # a token store of `mtcli data binarize` instead of src/tgt; empty = OUT/data, which the
+    # run builds from src/tgt itself
+    data: str = ""
     valid_src: str = ""  # validation source; empty = no validation
     valid_tgt: str = ""
     tokenizer: str = ""  # tokenizer directory; empty = train one into OUT/tokenizer

@@ -209,11 +209,13 @@ def clean_leftovers(
 # ---------------------------------------------------------------- what mtcli may replace
 # Each kind of directory mtcli writes, by the file that marks it and every name it may hold.
 _TOKENIZER_FILES = r"tokenizer\.json|[^/]+\.model"  # a CTranslate2 export keeps these too
+_STORE_FILES = r"(src|tgt)\.(ids|offsets|lengths|text|text_offsets)"  # a token store's arrays
 _MODEL_FILES = r"config\.json|model\.safetensors|trainer_state\.pt|README\.md"  # README: its card
 KINDS = {
     "model": ("config.json", re.compile(rf"^({_MODEL_FILES}|{_TOKENIZER_FILES})$")),
     "tokenizer": ("tokenizer.json", re.compile(rf"^({_TOKENIZER_FILES})$")),
     "ct2": ("mtcli.json", re.compile(rf"^(mtcli\.json|model\.bin|config\.json|\w+\.json|{_TOKENIZER_FILES})$")),
+    "tokens": ("manifest.json", re.compile(rf"^(manifest\.json|tokenizer|{_STORE_FILES})$")),
     "corpus": ("manifest.json", re.compile(r"^(manifest\.json|(train|valid|test)\.(src|tgt|attr))$")),
 }  # fmt: skip
 

@@ -6,12 +6,14 @@ import json
 import os
 import threading
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.data.batches import epoch_batches, load_corpus, make_batches
+from mtcli.data.batches import epoch_batches, make_batches
 from mtcli.data.parallel_text import read_corpus, read_parallel
+from mtcli.data.token_store import Filters, encode_pairs
 from mtcli.data.textio import MAX_LINE_BYTES, read_chunks, read_lines
 from mtcli.data.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from mtcli.errors import UserError
@@ -79,12 +81,30 @@ def test_tsv_and_empty_sides_and_length_filter(tmp_path):
     """TSV input; empty sides are skipped and counted; too long and bad-ratio pairs are dropped."""
     rows = ["a b\tx y", "\tx", "a\t", "a b c d e f g h\tx", "a b\tx y z"]
     path = write_lines(tmp_path / "c.tsv", rows)
-    encode = str.split
-    corpus = load_corpus(read_corpus(path), encode, encode, max_len=6, max_ratio=3.0)
+    words = WordTokenizer()
+    corpus = encode_pairs(read_corpus(path), words, Filters(max_len=6, max_ratio=3.0))
     s = corpus.stats
     assert (s.read, s.kept, s.empty, s.too_long, s.bad_ratio) == (5, 2, 2, 1, 0)
-    corpus = load_corpus(read_corpus(path), encode, encode, max_len=10, max_ratio=2.0)
+    assert [corpus.src.pair_text(i) for i in range(2)] == ["a b", "a b"]
+    assert corpus.tgt.pair(1).tolist() == [words.id("x"), words.id("y"), words.id("z")]
+    corpus = encode_pairs(read_corpus(path), words, Filters(max_len=10, max_ratio=2.0))
     assert (corpus.stats.kept, corpus.stats.bad_ratio) == (2, 1)  # 9 source tokens vs 2 target
+
+
+class WordTokenizer:
+    """A stand-in tokenizer: one id per space-separated word (ids from 4 up, in order of first use)."""
+
+    src_vocab_size = tgt_vocab_size = 100
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.src = self.tgt = self
+
+    def id(self, word: str) -> int:
+        return self.ids.setdefault(word, 4 + len(self.ids))
+
+    def encode(self, texts: list[str], num_threads: int = 1) -> list[list[int]]:
+        return [[self.id(w) for w in t.split()] for t in texts]
 
 
 def test_a_byte_order_mark_is_not_text(tmp_path):
@@ -120,16 +140,45 @@ def test_a_stream_without_newlines_is_refused_past_a_mebibyte():
     os.close(read_end)
 
 
+def as_lists(batches) -> list[list[int]]:
+    return [b.tolist() for b in batches]
+
+
 def test_batches_small_hand_example():
     """Every index once, budget respected, seeded order; a pair over the budget is an error."""
     src, tgt = [3, 5, 2, 8, 4, 4, 6], [2, 6, 3, 7, 5, 4, 5]
-    batches = make_batches(src, tgt, max_tokens=24, seed=1, epoch=0)
+    batches = as_lists(make_batches(src, tgt, max_tokens=24, seed=1, epoch=0))
     assert sorted(i for b in batches for i in b) == list(range(7))
     for b in batches:
         assert len(b) * (max(src[i] for i in b) + max(tgt[i] for i in b)) <= 24
-    assert batches == make_batches(src, tgt, max_tokens=24, seed=1, epoch=0)
+    assert batches == as_lists(make_batches(src, tgt, max_tokens=24, seed=1, epoch=0))
     with pytest.raises(UserError, match="max-tokens"):
         make_batches(src, tgt, max_tokens=10, seed=1, epoch=0)
+
+
+def test_batches_are_filled_greedily_in_length_order():
+    """In one pool, batches follow the (source, target) length order, and each is as full as the
+    budget allows: the next pair in that order would not have fit (checked by plain Python)."""
+    g = np.random.default_rng(5)
+    src, tgt = g.integers(2, 30, 500).tolist(), g.integers(2, 30, 500).tolist()
+    made = make_batches(src, tgt, max_tokens=200, seed=2, epoch=0, pool_batches=10_000)
+    in_order = [made.order[made.starts[b] : made.starts[b + 1]].tolist() for b in range(len(made))]
+    flat = [i for b in in_order for i in b]
+    assert [(src[i], tgt[i]) for i in flat] == sorted((src[i], tgt[i]) for i in flat)
+    for b, nxt in zip(in_order, in_order[1:]):
+        cost = lambda idx: len(idx) * (max(src[i] for i in idx) + max(tgt[i] for i in idx))  # noqa: E731
+        assert cost(b) <= 200 < cost(b + nxt[:1])
+    assert sorted(flat) == list(range(500))
+
+
+def test_ranks_share_an_epoch_in_strides():
+    """Rank r takes batches r, r + world, ... (equal counts): step k of two ranks is the pair of
+    batches a single process with --accum 2 trains on at its step k."""
+    made = make_batches([3] * 40, [3] * 40, max_tokens=12, seed=0, epoch=0)  # 2 pairs a batch
+    whole = as_lists(made)
+    ranks = [as_lists(made.share(r, 2)) for r in range(2)]
+    assert len(ranks[0]) == len(ranks[1]) == len(whole) // 2
+    assert [ranks[0][k] + ranks[1][k] for k in range(10)] == [whole[2 * k] + whole[2 * k + 1] for k in range(10)]
 
 
 @pytest.fixture(scope="module")
@@ -141,26 +190,26 @@ def tatoeba_corpus(tmp_path_factory):
         TATOEBA / "train.en", TATOEBA / "train.zh", tmp / "tok", TokenizerOptions(vocab_size=4000)
     )
     tok = Tokenizer.load(tmp / "tok")
-    return load_corpus(
-        read_parallel(TATOEBA / "train.en", TATOEBA / "train.zh"), tok.encode_src, tok.encode_tgt
-    )
+    return encode_pairs(read_parallel(TATOEBA / "train.en", TATOEBA / "train.zh"), tok, Filters())
 
 
 def test_tatoeba_batching_invariants(tatoeba_corpus):
     """Budget kept, every pair once per epoch, padding < 10% at 4096, same seed -> same batches."""
     corpus = tatoeba_corpus
     max_tokens = 4096
-    batches = epoch_batches(corpus, max_tokens=max_tokens, seed=3, epoch=0)
+    batches = as_lists(epoch_batches(corpus, max_tokens=max_tokens, seed=3, epoch=0))
+    src_len = [len(corpus.src.pair(i)) + 1 for i in range(len(corpus))]  # + EOS
+    tgt_len = [len(corpus.tgt.pair(i)) + 1 for i in range(len(corpus))]  # + BOS / EOS
     padded = real = 0
     for b in batches:
-        s_max = max(corpus.src_len(i) for i in b)
-        t_max = max(corpus.tgt_len(i) for i in b)
+        s_max = max(src_len[i] for i in b)
+        t_max = max(tgt_len[i] for i in b)
         assert len(b) * (s_max + t_max) <= max_tokens
         padded += len(b) * (s_max + t_max)
-        real += sum(corpus.src_len(i) + corpus.tgt_len(i) for i in b)
+        real += sum(src_len[i] + tgt_len[i] for i in b)
     assert sorted(i for b in batches for i in b) == list(range(len(corpus)))
     assert 1 - real / padded < 0.10, f"padding {1 - real / padded:.1%}"
-    assert batches == epoch_batches(corpus, max_tokens=max_tokens, seed=3, epoch=0)
-    assert batches != epoch_batches(corpus, max_tokens=max_tokens, seed=3, epoch=1)
-    second = epoch_batches(corpus, max_tokens=max_tokens, seed=3, epoch=1)
+    assert batches == as_lists(epoch_batches(corpus, max_tokens=max_tokens, seed=3, epoch=0))
+    assert batches != as_lists(epoch_batches(corpus, max_tokens=max_tokens, seed=3, epoch=1))
+    second = as_lists(epoch_batches(corpus, max_tokens=max_tokens, seed=3, epoch=1))
     assert sorted(i for b in second for i in b) == list(range(len(corpus)))

@@ -79,7 +79,7 @@ def test_checkpoint_layout(copy_model_dir):
     run = copy_model_dir.parent
     names = sorted(p.name for p in run.iterdir())
     # tokenizer given: none trained; .lock marks a run directory and is never removed
-    assert names == [".lock", "best", "last", "metrics.jsonl", "step-100", "step-200", "step-300"]
+    assert names == [".lock", "best", "data", "last", "metrics.jsonl", "step-100", "step-200", "step-300"]
     for name in ("best", "last", "step-100", "step-200", "step-300"):
         assert (run / name / "trainer_state.pt").is_file(), name
     weights = [(run / n / "model.safetensors").stat() for n in ("last", "step-300")]
@@ -121,20 +121,26 @@ def test_bpe_dropout_resplits_each_epoch_reproducibly(tmp_path):
     """BPE-dropout re-splits the same pairs differently per epoch, identically for the same epoch,
     and every split still decodes to the original text."""
     from mtcli.data.parallel_text import read_corpus
+    from mtcli.data.token_store import encode_pairs
     from mtcli.data.tokenizer import Tokenizer
-    from mtcli.training.start import epoch_corpus, load_pairs
+    from mtcli.training.start import epoch_resplit, filters_of
 
     tok_dir = copy_tokenizer(tmp_path)
     cfg = copy_train_config(tmp_path, tok_dir, bpe_dropout=0.5)
     tok = Tokenizer.load(tok_dir)
-    corpus = load_pairs(cfg.src, cfg.tgt, tok, cfg)
-    one, again, two = (epoch_corpus(corpus, tok, cfg, e) for e in (1, 1, 2))
-    assert one.src == again.src and one.tgt == again.tgt
-    assert one.src != two.src and one.src != corpus.src
+    corpus = encode_pairs(read_corpus(cfg.src, cfg.tgt), tok, filters_of(cfg))
+    everything = list(range(len(corpus)))
+
+    def split(epoch: int, indices=everything) -> list[list[int]]:
+        return [ids.tolist() for ids in epoch_resplit(corpus, tok, cfg, epoch)(indices)[0]]
+
+    one, again, two = split(1), split(1), split(2)
+    assert one == again and one != two
+    assert one != [corpus.src.pair(i).tolist() for i in everything]
     texts = [src for _, src, _ in read_corpus(cfg.src, cfg.tgt)]
-    assert [tok.decode_tgt(ids[:-1]) for ids in two.src] == texts
-    off = epoch_corpus(corpus, tok, dataclasses.replace(cfg, bpe_dropout=0.0), 1)
-    assert off is corpus
+    assert [tok.decode_tgt(ids) for ids in two] == texts
+    assert split(1, everything[5:9]) == split(1, everything[5:9]) != one[5:9]  # seeded per batch
+    assert epoch_resplit(corpus, tok, dataclasses.replace(cfg, bpe_dropout=0.0), 1) is None
 
 
 def _small_train_args(tmp_path, out, *extra: str) -> list[str]:
@@ -277,22 +283,24 @@ def test_patience_stops_early(tmp_path):
 
 def test_gradient_accumulation_equals_one_big_batch():
     """accum over two batches gives the gradient of their union, normalised per target token."""
-    from mtcli.data.batches import Corpus, collate
+    from mtcli.data.batches import collate
+    from mtcli.data.token_store import TokenStore
     from mtcli.model.transformer import Seq2Seq
+    from mtcli.training.distributed import ProcessGroup
     from mtcli.training.loop import Precision, _accumulate
     from mtcli.training.validation import smoothed_loss
     from tests.conftest import tiny_config
 
     g = torch.Generator().manual_seed(0)
-    corpus = Corpus(
-        src=[torch.randint(4, 24, (n,), generator=g).tolist() + [EOS_ID] for n in (3, 5, 2, 6)],
+    corpus = TokenStore.from_ids(
+        src=[torch.randint(4, 24, (n,), generator=g).tolist() for n in (3, 5, 2, 6)],
         tgt=[torch.randint(4, 24, (n,), generator=g).tolist() for n in (4, 2, 5, 3)],
     )
     torch.manual_seed(0)
     model = Seq2Seq(tiny_config())
     cfg = TrainConfig(label_smoothing=0.1)
     cpu = torch.device("cpu")
-    _accumulate(model, corpus, [[0, 1], [2, 3]], cfg, Precision(cpu, "fp32"), cpu)
+    _accumulate(model, corpus, [[0, 1], [2, 3]], cfg, Precision(cpu, "fp32"), ProcessGroup())
     accumulated = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     batch = collate(corpus, [0, 1, 2, 3])

@@ -22,6 +22,7 @@ from mtcli.training.reports import Message, Report, StepReport, ValidReport
 FLAGS = {
     "src": "src",
     "tgt": "tgt",
+    "data": "data",
     "valid_src": "valid_src",
     "valid_tgt": "valid_tgt",
     "tokenizer": "tokenizer",
@@ -33,6 +34,7 @@ FLAGS = {
     "max_epochs": "max_epochs",
     "max_time": "max_time",
     "max_len": "max_len",
+    "max_ratio": "max_ratio",
     "valid_every": "valid_every",
     "valid_bleu_lines": "valid_bleu_lines",
     "save_every": "save_every",
@@ -181,6 +183,7 @@ def assemble_config(config_path, flags: dict, resume: str | None, restart: bool)
 )
 @click.option("--src", help="Training source text.")
 @click.option("--tgt", help="Training target text (omit when --src is a source<TAB>target file).")
+@click.option("--data", help="A token store of `mtcli data binarize` (instead of --src/--tgt).")
 @click.option("--valid-src", help="Validation source text.")
 @click.option("--valid-tgt", help="Validation target text.")
 @click.option("--tokenizer", help="Tokenizer directory (default: train one into OUT/tokenizer).")
@@ -199,6 +202,7 @@ def assemble_config(config_path, flags: dict, resume: str | None, restart: bool)
 @click.option("--max-epochs", type=int, help="Stop after N epochs (0 = no limit).")
 @click.option("--max-time", type=float, help="Wall-clock budget in minutes (0 = no limit).")
 @click.option("--max-len", type=int, help="Drop pairs with more tokens on a side.  [default: 128]")
+@click.option("--max-ratio", type=float, help="Drop pairs whose length ratio is above this.  [default: 9]")
 @click.option("--valid-every", type=int, help="Steps between validations.  [default: 500]")
 @click.option("--valid-bleu-lines", type=int, help="Validation lines translated for BLEU.  [default: 500]")  # fmt: skip
 @click.option("--save-every", type=int, help="Steps between checkpoints (0 = at every validation).")
@@ -244,10 +248,6 @@ def train_command(config_path, resume, restart, force, **flags) -> None:
     if resume and restart:
         raise click.UsageError("--resume and --restart exclude each other")
     cfg = assemble_config(config_path, flags, resume, restart)
-    if not cfg.src:
-        raise UserError(
-            "--src is required (or set src in --config); without --tgt it is a TSV file"
-        )
     from mtcli.training.checks import check_inputs
 
     check_inputs(cfg, force)  # without torch: a wrong file or --out is one line at once

@@ -1,5 +1,5 @@
-"""Parallel corpora as token ids: length filtering, token-bucketed batches, padding (the text
-itself is read by parallel_text.py).
+"""An epoch of a token store as batches: token-bucketed under a padded-token budget, made with
+numpy from the lengths array alone, and padded into tensors (with BPE-dropout's re-split when on).
 
 Knows about token ids and tensors, never about models. Masks are bool, True = may attend.
 """
@@ -7,164 +7,119 @@ Knows about token ids and tensors, never about models. Masks are bool, True = ma
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID
+from mtcli.data.token_store import TokenStore
 from mtcli.errors import UserError
 
 
 @dataclass
-class CorpusStats:
-    """What reading and filtering kept and dropped, for the log."""
+class EpochBatches:
+    """One epoch's batches: batch k holds the pairs order[starts[b]:starts[b + 1]], b = picks[k].
 
-    read: int = 0
-    kept: int = 0
-    empty: int = 0  # a side was empty after stripping
-    too_long: int = 0  # more than max_len tokens on a side
-    bad_ratio: int = 0  # length ratio above max_ratio
+    Arrays, not lists of lists: 10M pairs cost 40 MB here (int32), not ~300 MB of Python ints.
+    """
 
-    def summary(self) -> str:
-        return (
-            f"{self.kept} pairs kept of {self.read} "
-            f"(dropped: {self.empty} empty, {self.too_long} too long, {self.bad_ratio} length ratio)"
-        )
-
-
-@dataclass
-class Corpus:
-    """Token ids of a filtered parallel corpus. Source ids end with EOS; target ids do not."""
-
-    src: list[list[int]] = field(default_factory=list)
-    tgt: list[list[int]] = field(default_factory=list)
-    stats: CorpusStats = field(default_factory=CorpusStats)
-    texts: list[tuple[str, str]] = field(default_factory=list)  # the kept pairs, to re-split
+    order: np.ndarray  # (n,) int32: pair indices, each pool sorted by length
+    starts: np.ndarray  # (n_batches + 1,) int64: where each batch begins in `order`
+    picks: np.ndarray  # (k,) int64: the batches in the order they are trained on
 
     def __len__(self) -> int:
-        return len(self.src)
+        return len(self.picks)
 
-    def src_len(self, i: int) -> int:
-        return len(self.src[i])
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
 
-    def tgt_len(self, i: int) -> int:
-        return len(self.tgt[i]) + 1  # BOS in the decoder input / EOS in the output
+    def __getitem__(self, k: int) -> np.ndarray:
+        b = self.picks[k]
+        return self.order[self.starts[b] : self.starts[b + 1]]
 
-
-def load_corpus(
-    lines: Iterator[tuple[int, str, str]],
-    encode_src: Callable[[str], list[int]],
-    encode_tgt: Callable[[str], list[int]],
-    *,
-    max_len: int = 128,
-    max_ratio: float = 9.0,
-) -> Corpus:
-    """Encode a stream of pairs, skipping empty sides and filtering by length and ratio."""
-    corpus = Corpus()
-    stats = corpus.stats
-    for _, src_text, tgt_text in lines:
-        stats.read += 1
-        src_text, tgt_text = src_text.strip(), tgt_text.strip()
-        if not src_text or not tgt_text:
-            stats.empty += 1
-            continue
-        src_ids, tgt_ids = encode_src(src_text), encode_tgt(tgt_text)
-        if len(src_ids) > max_len or len(tgt_ids) > max_len:
-            stats.too_long += 1
-            continue
-        n_src, n_tgt = len(src_ids) + 1, len(tgt_ids) + 1
-        if max(n_src, n_tgt) / min(n_src, n_tgt) > max_ratio:
-            stats.bad_ratio += 1
-            continue
-        corpus.src.append(src_ids + [EOS_ID])
-        corpus.tgt.append(tgt_ids)
-        corpus.texts.append((src_text, tgt_text))
-        stats.kept += 1
-    return corpus
-
-
-def resplit(
-    corpus: Corpus,
-    sample_src: Callable[[list[str]], list[list[int]]],
-    sample_tgt: Callable[[list[str]], list[list[int]]],
-    *,
-    max_len: int,
-) -> Corpus:
-    """The same pairs split into subwords anew (BPE-dropout); the filtered set stays as it is.
-
-    A sampled split is longer than the deterministic one; a pair that grows past `max_len`
-    keeps its deterministic split, so batches never exceed what the filter allowed.
-    """
-    src = sample_src([s for s, _ in corpus.texts])
-    tgt = sample_tgt([t for _, t in corpus.texts])
-    out = Corpus(stats=corpus.stats, texts=corpus.texts)
-    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-        fits = len(s) <= max_len and len(t) <= max_len
-        out.src.append(s + [EOS_ID] if fits else corpus.src[i])
-        out.tgt.append(t if fits else corpus.tgt[i])
-    return out
+    def share(self, rank: int, world: int) -> EpochBatches:
+        """Rank `rank`'s batches: every `world`-th from the rank-th, an equal count on every rank
+        (DDP's collectives need equal counts). Strided, so step k of all ranks together trains on
+        batches k*world .. k*world + world - 1: what one process with world times the --accum
+        would train on at its step k."""
+        share = len(self.picks) // world
+        return EpochBatches(self.order, self.starts, self.picks[rank : share * world : world])
 
 
 def make_batches(
-    src_lens: list[int],
-    tgt_lens: list[int],
+    src_lens,
+    tgt_lens,
     *,
     max_tokens: int,
     seed: int,
     epoch: int,
     pool_batches: int = 100,
-) -> list[list[int]]:
+) -> EpochBatches:
     """Split one epoch into batches of indices under a padded-token budget.
 
     Shuffle (seeded by seed and epoch), cut into pools of about `pool_batches` batches,
-    sort each pool by length so neighbours pad little, fill batches greedily, then shuffle
-    the batch order. Every index appears exactly once per epoch.
+    sort each pool by length so neighbours pad little, fill batches greedily (a pair joins
+    while (pairs + 1) * (longest source + longest target) stays within the budget), then
+    shuffle the batch order. Every index appears exactly once per epoch.
     """
+    src_lens = np.asarray(src_lens, dtype=np.int32)
+    tgt_lens = np.asarray(tgt_lens, dtype=np.int32)
     n = len(src_lens)
-    longest = max((s + t for s, t in zip(src_lens, tgt_lens, strict=True)), default=0)
+    longest = int((src_lens + tgt_lens).max()) if n else 0
     if longest > max_tokens:
         raise UserError(
             f"--max-tokens {max_tokens} is smaller than the longest pair ({longest} tokens); "
             "raise --max-tokens or lower --max-len"
         )
-    rng = random.Random(seed * 1_000_003 + epoch)
-    order = list(range(n))
+    rng = np.random.default_rng([seed, epoch])
+    order = np.arange(n, dtype=np.int32)
     rng.shuffle(order)
-    mean_len = (sum(src_lens) + sum(tgt_lens)) / max(n, 1)
+    mean_len = (int(src_lens.sum(dtype=np.int64)) + int(tgt_lens.sum(dtype=np.int64))) / max(n, 1)
     pool_size = max(1, int(pool_batches * max_tokens / max(mean_len, 1)))
-    batches: list[list[int]] = []
-    for start in range(0, n, pool_size):
-        pool = sorted(order[start : start + pool_size], key=lambda i: (src_lens[i], tgt_lens[i]))
-        batch: list[int] = []
-        max_s = max_t = 0
-        for i in pool:
-            new_s, new_t = max(max_s, src_lens[i]), max(max_t, tgt_lens[i])
-            if batch and (len(batch) + 1) * (new_s + new_t) > max_tokens:
-                batches.append(batch)
-                batch, new_s, new_t = [], src_lens[i], tgt_lens[i]
-            batch.append(i)
-            max_s, max_t = new_s, new_t
-        if batch:
-            batches.append(batch)
-    rng.shuffle(batches)
-    return batches
+    starts = [0]
+    for begin in range(0, n, pool_size):
+        pool = order[begin : begin + pool_size]
+        pool[:] = pool[np.lexsort((tgt_lens[pool], src_lens[pool]))]  # by source, then target
+        for size in _greedy_sizes(src_lens[pool], tgt_lens[pool], max_tokens):
+            starts.append(starts[-1] + size)
+    bounds = np.asarray(starts, dtype=np.int64)
+    return EpochBatches(order, bounds, rng.permutation(len(bounds) - 1))
 
 
-def epoch_batches(corpus: Corpus, *, max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
-    """`make_batches` over a loaded corpus."""
-    src_lens = [corpus.src_len(i) for i in range(len(corpus))]
-    tgt_lens = [corpus.tgt_len(i) for i in range(len(corpus))]
-    return make_batches(src_lens, tgt_lens, max_tokens=max_tokens, seed=seed, epoch=epoch)
+def _greedy_sizes(s: np.ndarray, t: np.ndarray, max_tokens: int) -> list[int]:
+    """Batch sizes of a pool sorted by source length, filled greedily under the budget.
+
+    A batch from i of k pairs pads to k * (s[i + k - 1] + max(t[i : i + k])) tokens: s is
+    sorted, and the running max of t gives the rest, so each batch is one vectorised search
+    over at most max_tokens // (s[i] + t[i]) candidates.
+    """
+    sizes, i, m = [], 0, len(s)
+    while i < m:
+        w = min(m - i, max(1, max_tokens // int(s[i] + t[i])))
+        cost = np.arange(1, w + 1) * (s[i : i + w] + np.maximum.accumulate(t[i : i + w]))
+        over = np.flatnonzero(cost > max_tokens)
+        size = max(1, int(over[0]) if over.size else w)
+        sizes.append(size)
+        i += size
+    return sizes
 
 
-def pad(seqs: list[list[int]]) -> torch.Tensor:
-    """Right-pad id lists with PAD_ID into a (B, L) long tensor."""
+def epoch_batches(store: TokenStore, *, max_tokens: int, seed: int, epoch: int) -> EpochBatches:
+    """`make_batches` over a store's lengths."""
+    return make_batches(
+        store.src_lens(), store.tgt_lens(), max_tokens=max_tokens, seed=seed, epoch=epoch
+    )
+
+
+def pad(seqs: list) -> torch.Tensor:
+    """Right-pad id sequences (lists or arrays) with PAD_ID into a (B, L) long tensor."""
     width = max(len(s) for s in seqs)
-    out = torch.full((len(seqs), width), PAD_ID, dtype=torch.long)
+    out = np.full((len(seqs), width), PAD_ID, dtype=np.int64)
     for row, seq in enumerate(seqs):
-        out[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-    return out
+        out[row, : len(seq)] = seq
+    return torch.from_numpy(out)
 
 
 @dataclass
@@ -183,15 +138,58 @@ class Batch:
         return Batch(self.src_ids.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
 
 
-def collate(corpus: Corpus, indices: list[int]) -> Batch:
-    """Pad the pairs at `indices` into a Batch."""
-    src = [corpus.src[i] for i in indices]
-    tgt = [corpus.tgt[i] for i in indices]
+Resplit = Callable[[list[int]], tuple[list, list]]  # pair indices -> (source ids, target ids)
+
+
+def collate(store: TokenStore, indices, resplit: Resplit | None = None) -> Batch:
+    """Pad the pairs at `indices` into a Batch (their stored split, or `resplit`'s)."""
+    indices = [int(i) for i in indices]
+    if resplit is None:
+        src, tgt = [store.src.pair(i) for i in indices], [store.tgt.pair(i) for i in indices]
+    else:
+        src, tgt = resplit(indices)
+    eos, bos = np.array([EOS_ID]), np.array([BOS_ID])
     return Batch(
-        src_ids=pad(src),
-        tgt_in=pad([[BOS_ID] + t for t in tgt]),
-        tgt_out=pad([t + [EOS_ID] for t in tgt]),
+        src_ids=pad([np.concatenate([s, eos]) for s in src]),
+        tgt_in=pad([np.concatenate([bos, t]) for t in tgt]),
+        tgt_out=pad([np.concatenate([t, eos]) for t in tgt]),
     )
+
+
+def dropout_resplit(
+    store: TokenStore,
+    sample_src: Callable[[list[str], random.Random], list[list[int]]],
+    sample_tgt: Callable[[list[str], random.Random], list[list[int]]],
+    *,
+    max_len: int,
+    seed: str,
+) -> Resplit:
+    """BPE-dropout for one batch: its pairs' stored text split into subwords anew.
+
+    The draws are seeded by `seed` (the run's seed and the epoch) and the batch's first pair
+    (each pair is in one batch of an epoch), so a resumed run re-splits each batch as the
+    first run did, on any number of ranks. A pair whose sampled split grows past `max_len`
+    keeps its stored split, so no pair exceeds what the filter allowed; the batch was made
+    from the stored lengths, and the longer sampled splits may pad a little past the budget.
+    """
+    if not store.has_text:
+        where = store.path or "the corpus"
+        raise UserError(
+            f"{where}: holds no text, which BPE-dropout re-splits; binarize with --keep-text"
+        )
+
+    def resplit(indices: list[int]) -> tuple[list, list]:
+        rng = random.Random(f"{seed}:{indices[0]}")
+        src = sample_src([store.src.pair_text(i) for i in indices], rng)
+        tgt = sample_tgt([store.tgt.pair_text(i) for i in indices], rng)
+        out_s, out_t = [], []
+        for i, s, t in zip(indices, src, tgt, strict=True):
+            fits = len(s) <= max_len and len(t) <= max_len
+            out_s.append(np.asarray(s) if fits else store.src.pair(i))
+            out_t.append(np.asarray(t) if fits else store.tgt.pair(i))
+        return out_s, out_t
+
+    return resplit
 
 
 def padding_mask(ids: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mtcli.config import ModelConfig, TrainConfig, to_dict
 from mtcli.data.parallel_text import check_parallel
+from mtcli.data.token_store import read_manifest
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
 from mtcli.store.model_dir import check_model_files
@@ -27,6 +28,12 @@ def check_inputs(cfg: TrainConfig, force: bool) -> None:
     the memory, --out, the corpora, the tokenizer or --init model, the TensorBoard package."""
     check_model_fits(cfg.model)
     check_run_out(Path(cfg.out), force)
+    if cfg.data:
+        check_store(cfg)
+    elif not cfg.src:
+        raise UserError(
+            "--src or --data is required (or set one in --config); without --tgt, --src is a TSV file"
+        )
     # a corpus mistake (missing file, misaligned lines, bad UTF-8) should stop the run before
     # minutes go into training a tokenizer on it
     for src, tgt in ((cfg.src, cfg.tgt), (cfg.valid_src, cfg.valid_tgt)):
@@ -43,6 +50,29 @@ def check_inputs(cfg: TrainConfig, force: bool) -> None:
             raise UserError(
                 "--tensorboard needs the tensorboard package: pip install 'mtcli[tensorboard]'"
             ) from None
+
+
+def check_store(cfg: TrainConfig) -> None:
+    """--data: a whole token store, made with this run's filters, holding text if BPE-dropout
+    is on; its own tokenizer unless --tokenizer or --init brings one (train() compares hashes)."""
+    manifest = read_manifest(cfg.data)
+    if manifest is None:
+        raise UserError(f"--data {cfg.data}: not a token store (make one with `mtcli data binarize`)")
+    if cfg.src:
+        raise UserError(f"--data {cfg.data} and --src {cfg.src} exclude each other: a run trains on one corpus")
+    filters = manifest["key"]["filters"]
+    for name, flag in (("max_len", "--max-len"), ("max_ratio", "--max-ratio")):
+        if filters[name] != getattr(cfg, name):
+            raise UserError(
+                f"--data {cfg.data} was binarized with {flag} {filters[name]}, this run asks for "
+                f"{getattr(cfg, name)}: use the same value, or binarize again"
+            )
+    if cfg.bpe_dropout > 0 and not manifest["key"]["keep_text"]:
+        raise UserError(
+            f"--bpe-dropout {cfg.bpe_dropout}: --data {cfg.data} holds only token ids, and "
+            "BPE-dropout re-splits the text; binarize with --keep-text"
+        )
+    Tokenizer.load(Path(cfg.data) / "tokenizer")
 
 
 def check_model_fits(model: ModelConfig) -> None:

@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 
 from mtcli.config import TrainConfig, to_dict
-from mtcli.data.batches import Corpus, collate, epoch_batches
+from mtcli.data.batches import Resplit, collate, epoch_batches
+from mtcli.data.token_store import TokenStore
 from mtcli.data.parallel_text import read_corpus
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.device import pick_device, use_cores
@@ -40,7 +41,7 @@ from mtcli.training.checks import check_inputs
 from mtcli.training.distributed import ProcessGroup, rng_state, set_rng_state, start_process_group
 from mtcli.training.reports import Message, Report, StepReport, TrainResult, ValidReport
 from mtcli.training.run_dir import RunDir
-from mtcli.training.start import begin_run, epoch_corpus, load_pairs, load_training_set
+from mtcli.training.start import begin_run, epoch_resplit, load_pairs, load_training_set
 from mtcli.training.validation import Validator, smoothed_loss
 
 
@@ -134,12 +135,6 @@ class StopFlag:
             signal.signal(sig, signal.SIG_IGN if self.signum is not None else handler)
 
 
-def my_share(batches: list, group: ProcessGroup) -> list:
-    """This rank's equal share of an epoch's batches (DDP's collectives need equal counts)."""
-    share = len(batches) // group.world
-    return batches[group.rank * share : (group.rank + 1) * share]
-
-
 # ---------------------------------------------------------------- the loop
 @dataclass
 class Position:
@@ -229,7 +224,7 @@ def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: Ru
                 f"device {device}, {precision.name}"))  # fmt: skip
     if group.world > 1 and checkpoint is None:
         torch.manual_seed(cfg.seed + group.rank)  # the same init everywhere, own dropout masks
-    train_set = load_training_set(cfg, tokenizer, say)
+    train_set = load_training_set(cfg, start, group, say)
     validator = make_validator(cfg, model, tokenizer, device, precision, say)
     optimizer = make_optimizer(model.parameters(), cfg, lr_at(1, cfg, model.cfg.d_model))
     pos = Position()
@@ -243,19 +238,20 @@ def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: Ru
     return trainer, train_set, checkpoint
 
 
-def _train_epoch(trainer: Trainer, train_set: Corpus) -> bool:
+def _train_epoch(trainer: Trainer, train_set: TokenStore) -> bool:
     """This rank's batches of the epoch from where the run stands; True when the run ends."""
     cfg, pos, group = trainer.cfg, trainer.pos, trainer.group
-    seen = epoch_corpus(train_set, trainer.tokenizer, cfg, pos.epoch)
+    resplit = epoch_resplit(train_set, trainer.tokenizer, cfg, pos.epoch)
     batches_of_epoch = epoch_batches(
-        seen, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=pos.epoch
+        train_set, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=pos.epoch
     )
-    mine = my_share(batches_of_epoch, group)
+    mine = batches_of_epoch.share(group.rank, group.world)
     # full groups of `accum` batches; alone, a last partial group still counts
     while pos.batch_pos + cfg.accum <= len(mine) or (
         pos.batch_pos < len(mine) and group.world == 1
     ):
-        loss, lr, n_tokens = trainer.step(seen, mine[pos.batch_pos : pos.batch_pos + cfg.accum])
+        group_of = [mine[k] for k in range(pos.batch_pos, min(pos.batch_pos + cfg.accum, len(mine)))]
+        loss, lr, n_tokens = trainer.step(train_set, group_of, resplit)
         trainer.log(loss, lr, n_tokens, epochs_done=pos.epoch + pos.batch_pos / max(len(mine), 1))
         if trainer.after_step():
             return True
@@ -286,14 +282,14 @@ class Trainer:
     window_tokens: float = 0.0  # target tokens since the last progress report
     window_start: float = field(default_factory=time.monotonic)
 
-    def step(self, corpus: Corpus, batches: list) -> tuple[float, float, int]:
-        """One optimizer step over `batches` (the paper's lr schedule, clipped gradients);
-        returns the loss per target token, the lr and the target tokens."""
+    def step(self, store: TokenStore, batches: list, resplit: Resplit | None) -> tuple[float, float, int]:
+        """One optimizer step over this rank's `batches` (the paper's lr schedule, clipped
+        gradients); returns the loss per target token, the lr and the target tokens, of all ranks."""
         lr = lr_at(self.pos.step + 1, self.cfg, self.model.cfg.d_model)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         loss_sum, n_tokens = _accumulate(
-            self.net, corpus, batches, self.cfg, self.precision, self.group.device
+            self.net, store, batches, self.cfg, self.precision, self.group, resplit
         )
         self.precision.step(self.optimizer, self.model.parameters(), self.cfg.clip_norm)
         self.pos.step, self.pos.batch_pos = self.pos.step + 1, self.pos.batch_pos + len(batches)
@@ -308,7 +304,7 @@ class Trainer:
         if pos.step % self.cfg.log_every != 0 and pos.step != 1:
             return
         now = time.monotonic()
-        rate = self.group.world * self.window_tokens / max(now - self.window_start, 1e-9)
+        rate = self.window_tokens / max(now - self.window_start, 1e-9)  # every rank's tokens
         self.window_tokens, self.window_start = 0.0, now
         done = _fraction_done(self.cfg, pos, epochs_done)
         report = StepReport(pos.step, pos.epoch + 1, loss, lr, rate, pos.elapsed, done)
@@ -469,20 +465,37 @@ def _budget_spent(cfg: TrainConfig, pos: Position, bad_valids: int) -> str:
 
 
 def _accumulate(
-    net, corpus: Corpus, group: list[list[int]], cfg: TrainConfig, precision: Precision, device
-) -> tuple[float, int]:
-    """Forward and backward over `accum` batches; gradients are per target token of the group."""
-    batches = [collate(corpus, indices) for indices in group]
-    n_tokens = sum(b.n_tgt_tokens for b in batches)
+    net, store: TokenStore, batches: list, cfg: TrainConfig, precision: Precision,
+    group: ProcessGroup, resplit: Resplit | None = None,
+) -> tuple[float, int]:  # fmt: skip
+    """Forward and backward over this rank's `accum` batches; gradients are per target token of
+    the whole step, every rank's batches together. Returns the step's loss sum and token count
+    over all ranks.
+
+    DDP averages gradients over ranks, so each rank scales its loss by world / (the step's
+    tokens on all ranks): the average is then the gradient of the summed loss over the global
+    token count, the same as one process with every batch (not a mean of per-rank means). The
+    micro-batches before the last skip DDP's all-reduce (`no_sync`); the last one reduces the
+    accumulated sum once.
+    """
+    padded = [collate(store, indices, resplit) for indices in batches]
+    n_tokens = int(group.sum(sum(b.n_tgt_tokens for b in padded)))
     loss_sum = 0.0
-    for batch in batches:
-        batch = batch.to(device)
-        with precision.autocast():
-            logits = net(batch.src_ids, batch.tgt_in)  # (B, T, V)
-        loss = smoothed_loss(logits, batch.tgt_out, cfg.label_smoothing)
-        precision.backward(loss / n_tokens)
+    for j, batch in enumerate(padded):
+        batch = batch.to(group.device)
+        last = j == len(padded) - 1
+        with contextlib.nullcontext() if last or net is _unwrapped(net) else net.no_sync():
+            with precision.autocast():
+                logits = net(batch.src_ids, batch.tgt_in)  # (B, T, V)
+            loss = smoothed_loss(logits, batch.tgt_out, cfg.label_smoothing)
+            precision.backward(loss * group.world / max(n_tokens, 1))
         loss_sum += loss.item()
-    return loss_sum, n_tokens
+    return group.sum(loss_sum), n_tokens
+
+
+def _unwrapped(net: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a DistributedDataParallel wrapper (the model itself when unwrapped)."""
+    return getattr(net, "module", net)
 
 
 def _fraction_done(cfg: TrainConfig, pos: Position, epochs_done: float) -> float | None:

@@ -32,7 +32,7 @@ from mtcli.training.reports import StepReport, ValidReport, as_record
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 METRICS, LOCK = "metrics.jsonl", ".lock"
-OWN = ("last", "best", "tokenizer", METRICS)  # with step-N: what mtcli writes into OUT
+OWN = ("last", "best", "tokenizer", "data", METRICS)  # with step-N: what mtcli writes into OUT
 
 try:
     import fcntl
@@ -139,6 +139,8 @@ def check_own_names(out: Path) -> None:
             ours = is_own_dir(path, "model")
         elif path.name == "tokenizer":
             ours = is_own_dir(path, "tokenizer")
+        elif path.name == "data":
+            ours = is_own_dir(path, "tokens")
         elif path.name == METRICS:
             ours = _is_metrics_log(path)
         else:

@@ -2,13 +2,17 @@
 fine-tuned from a model (--init), or continued from one of its checkpoints (refused when its
 model or data settings changed). The inputs were checked before (checks.py).
 
-Knows nothing of the loop itself; train.py calls `begin_run` and `load_training_set`.
+Training reads a token store (data/token_store.py): the one --data names (`mtcli data
+binarize`), or OUT/data, which a run on --src/--tgt builds itself and reuses while the corpus,
+the tokenizer and the filters are the same (their sha256 and values are its key).
+
+Knows nothing of the loop itself; loop.py calls `begin_run` and `load_training_set`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +24,23 @@ from mtcli.config import (
     from_dict,
     to_dict,
 )
-from mtcli.data.batches import Corpus, load_corpus, resplit
+from mtcli.data.batches import Resplit, dropout_resplit
 from mtcli.data.parallel_text import read_corpus
+from mtcli.data.token_store import (
+    BinarizeRequest,
+    Filters,
+    TokenStore,
+    binarize,
+    corpus_record,
+    encode_pairs,
+    is_current,
+    open_store,
+    read_manifest,
+    store_key,
+    tokenizer_digest,
+)
 from mtcli.data.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
+from mtcli.device import available_cpus
 from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import load_model, load_trainer_state
@@ -37,6 +55,8 @@ def prepare_tokenizer(cfg: TrainConfig, group: ProcessGroup) -> Path:
     checks.check_inputs), or one trained now into OUT/tokenizer."""
     if cfg.tokenizer:
         return Path(cfg.tokenizer)
+    if cfg.data:
+        return Path(cfg.data) / "tokenizer"
     if not cfg.tgt:
         raise UserError("a TSV corpus needs --tokenizer (train one with `mtcli tokenizer train`)")
     tok_dir = Path(cfg.out) / "tokenizer"
@@ -48,30 +68,32 @@ def prepare_tokenizer(cfg: TrainConfig, group: ProcessGroup) -> Path:
     return tok_dir
 
 
-def load_pairs(src: str, tgt: str, tokenizer: Tokenizer, cfg: TrainConfig) -> Corpus:
-    """Two aligned files, or one TSV file when `tgt` is empty."""
-    return load_corpus(
-        read_corpus(src, tgt or None),
-        tokenizer.encode_src,
-        tokenizer.encode_tgt,
-        max_len=cfg.max_len,
-        max_ratio=cfg.max_ratio,
-    )
+def load_pairs(src: str, tgt: str, tokenizer: Tokenizer, cfg: TrainConfig) -> TokenStore:
+    """Two aligned files, or one TSV file when `tgt` is empty, encoded into memory (a
+    validation set: small, read once)."""
+    lines = read_corpus(src, tgt or None)
+    return encode_pairs(lines, tokenizer, filters_of(cfg), keep_text=False)
 
 
-def epoch_corpus(corpus: Corpus, tokenizer: Tokenizer, cfg: TrainConfig, epoch: int) -> Corpus:
-    """The training pairs as this epoch sees them: re-split by BPE-dropout when it is on.
+def filters_of(cfg: TrainConfig) -> Filters:
+    return Filters(max_len=cfg.max_len, max_ratio=cfg.max_ratio)
 
-    Seeded by (seed, epoch), so a resumed run sees the same splits as an uninterrupted one.
+
+def epoch_resplit(store: TokenStore, tokenizer: Tokenizer, cfg: TrainConfig, epoch: int) -> Resplit | None:
+    """How this epoch's batches are split into subwords: as stored, or anew by BPE-dropout.
+
+    Seeded by (seed, epoch) and each batch, so a resumed run sees the same splits as an
+    uninterrupted one.
     """
     if cfg.bpe_dropout <= 0:
-        return corpus
-    rng = random.Random(cfg.seed * 1_000_003 + epoch)
-    return resplit(
-        corpus,
-        lambda texts: tokenizer.sample_src(texts, cfg.bpe_dropout, rng),
-        lambda texts: tokenizer.sample_tgt(texts, cfg.bpe_dropout, rng),
+        return None
+    p = cfg.bpe_dropout
+    return dropout_resplit(
+        store,
+        lambda texts, rng: tokenizer.sample_src(texts, p, rng),
+        lambda texts, rng: tokenizer.sample_tgt(texts, p, rng),
         max_len=cfg.max_len,
+        seed=f"{cfg.seed}:{epoch}",
     )
 
 
@@ -167,7 +189,8 @@ def begin_run(
     group.barrier()  # rank 0 has cleaned what a killed run left in OUT
     checkpoint = resume_point(run.path, resume, restart)
     # OUT/tokenizer is the run's own, retrained when it is gone, unless --tokenizer names it
-    keep = ("tokenizer",) if cfg.tokenizer else ()
+    # OUT/data is kept too: its key says whether it still fits this run's corpus and tokenizer
+    keep = ("tokenizer", "data") if cfg.tokenizer else ("data",)
     if restart and group.is_main and (removed := run.clear(keep)):
         say(Message(f"--restart: removed {', '.join(removed)} from {run.path}"))
     group.barrier()
@@ -178,9 +201,48 @@ def begin_run(
     return start_new(cfg, group), None
 
 
-def load_training_set(cfg: TrainConfig, tokenizer: Tokenizer, say) -> Corpus:
-    train_set = load_pairs(cfg.src, cfg.tgt, tokenizer, cfg)
-    say(Message(f"train {cfg.src}: {train_set.stats.summary()}"))
-    if len(train_set) == 0:
-        raise UserError(f"{cfg.src}: no usable training pairs")
-    return train_set
+def load_training_set(cfg: TrainConfig, start: Start, group: ProcessGroup, say) -> TokenStore:
+    """The training pairs, memory-mapped: --data's store, or OUT/data (built by rank 0 when it
+    is missing or stale; every rank maps the same files)."""
+    if cfg.data:
+        store = open_store(cfg.data)
+        check_store_tokenizer(store, start.tokenizer_dir)
+    else:
+        if group.is_main:
+            ensure_run_store(cfg, start.tokenizer_dir, say)
+        group.barrier()
+        store = open_store(Path(cfg.out) / "data")
+    say(Message(f"train {cfg.data or cfg.src}: {store.stats.summary()}"))
+    if len(store) == 0:
+        raise UserError(f"{cfg.data or cfg.src}: no usable training pairs")
+    return store
+
+
+def check_store_tokenizer(store: TokenStore, tokenizer_dir: Path) -> None:
+    """A store's ids mean something only with the tokenizer that made them."""
+    want = read_manifest(store.path)["key"]["tokenizer_sha256"]
+    if tokenizer_digest(tokenizer_dir) != want:
+        raise UserError(
+            f"--data {store.path} was binarized with another tokenizer than {tokenizer_dir}'s; "
+            "binarize it again with this tokenizer, or train with the store's own"
+        )
+
+
+def ensure_run_store(cfg: TrainConfig, tokenizer_dir: Path, say) -> None:
+    """OUT/data as the corpus, tokenizer and filters of this run make it: reused when its key
+    (their sha256 and values) is the same, built again otherwise."""
+    out = Path(cfg.out) / "data"
+    corpus = corpus_record([p for p in (cfg.src, cfg.tgt) if p])
+    key = store_key(corpus, tokenizer_digest(tokenizer_dir), filters_of(cfg), cfg.bpe_dropout > 0)
+    manifest = read_manifest(out)
+    if is_current(manifest, key):
+        return
+    if manifest is not None:
+        say(Message(f"{out}: the corpus, tokenizer or filters changed; binarizing again"))
+    started = time.monotonic()
+    request = BinarizeRequest(cfg.src, cfg.tgt, tokenizer_dir, out, filters_of(cfg), cfg.bpe_dropout > 0,
+                              threads=max(1, cfg.threads or available_cpus()))  # fmt: skip
+    made = binarize(request, read_corpus(cfg.src, cfg.tgt or None), key, corpus)
+    seconds = time.monotonic() - started
+    say(Message(f"binarized {made['stats']['read']:,} pairs into {out} in {seconds:.1f} s "
+                f"({made['stats']['read'] / max(seconds, 1e-9):,.0f} pairs/s)"))  # fmt: skip

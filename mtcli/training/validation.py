@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from mtcli.config import PAD_ID, DecodeConfig
-from mtcli.data.batches import Corpus, collate, epoch_batches
+from mtcli.data.batches import collate, epoch_batches
+from mtcli.data.token_store import TokenStore
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.engines.build import EngineOptions, build_translator
 from mtcli.model.transformer import Seq2Seq
@@ -42,7 +43,7 @@ def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) 
 @torch.no_grad()
 def validate_loss(
     model: Seq2Seq,
-    corpus: Corpus,
+    corpus: TokenStore,
     max_tokens: int,
     device: torch.device,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
@@ -85,7 +86,7 @@ class Validator:
 
     model: Seq2Seq
     tokenizer: Tokenizer
-    corpus: Corpus
+    corpus: TokenStore
     sources: list[str]  # the first valid_bleu_lines lines, translated for BLEU
     references: list[str]
     tgt_lang: str

@@ -1,71 +1,137 @@
-"""`mtcli data prepare`: fetch (or take a local copy of) a corpus and write clean splits."""
+"""`mtcli data prepare` (a known corpus, fetched or local, or any aligned corpus of the user's)
+and `mtcli data binarize` (a corpus as token ids, stored once for training)."""
 
 from __future__ import annotations
 
 import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import click
-from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
+from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
 
 from mtcli.cli.console import console
+from mtcli.cli.options import FiniteRange
+from mtcli.config import THREADS
 from mtcli.data.prepare import CORPORA, PrepareOptions, prepare
+from mtcli.errors import UserError
 
 
 @click.group()
 def data() -> None:
-    """Download and prepare parallel corpora."""
+    """Download and prepare parallel corpora; store them as token ids."""
+
+
+@contextmanager
+def pairs_bar(what: str):
+    """A live count of pairs with their rate on a terminal (nothing otherwise); yields the
+    callback that moves it: (phase, pairs so far)."""
+    started = time.monotonic()
+    with Progress(SpinnerColumn(), TextColumn("{task.fields[phase]} {task.fields[stats]}"),
+                  console=console, disable=not console.is_terminal) as bar:  # fmt: skip
+        task = bar.add_task(what, phase=what, stats="")
+
+        def update(phase: str, pairs: int) -> None:
+            rate = pairs / max(time.monotonic() - started, 1e-9)
+            bar.update(task, phase=phase, stats=f"{pairs:,} pairs ({rate:,.0f} pairs/s)")
+
+        yield update
+
+
+def _say_json(manifest: dict, keys: tuple[str, ...]) -> None:
+    console.print(json.dumps({k: manifest[k] for k in keys}), soft_wrap=True, markup=False)
 
 
 @data.command("prepare")
-@click.argument("name", type=click.Choice(sorted(CORPORA)))
+@click.argument("name", required=False, type=click.Choice(sorted(CORPORA)))
 @click.option("--out", required=True, help="Folder for train/valid/test files and manifest.json.")
-@click.option(
-    "--from", "from_dir", help="Folder with the raw files (offline), instead of downloading."
-)
-@click.option(
-    "--zh-script",
-    type=click.Choice(["simplified", "keep"]),
-    default="simplified",
-    show_default=True,
-)
-@click.option(
-    "--unicode-form", type=click.Choice(["NFC", "NFKC"]), default="NFC", show_default=True
-)
-@click.option(
-    "--test-size",
-    default=2000,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Pairs in test (corpora without official splits).",
-)
+@click.option("--from", "from_dir", help="Folder with the raw files of NAME (offline), instead of downloading.")  # fmt: skip
+@click.option("--src", help="Your corpus: source text, one sentence a line (.gz accepted), instead of NAME.")  # fmt: skip
+@click.option("--tgt", help="Your corpus: target text, aligned with --src.")
+@click.option("--tsv", help="Your corpus as one source<TAB>target file, instead of --src/--tgt.")
+@click.option("--src-lang", default="en", show_default=True, help="Your corpus: source language.")
+@click.option("--tgt-lang", default="zh", show_default=True, help="Your corpus: target language.")
+@click.option("--zh-script", type=click.Choice(["simplified", "keep"]), default="simplified", show_default=True)  # fmt: skip
+@click.option("--unicode-form", type=click.Choice(["NFC", "NFKC"]), default="NFC", show_default=True)  # fmt: skip
+@click.option("--test-size", default=2000, show_default=True, type=click.IntRange(min=0),
+              help="Pairs in test (corpora without official splits).")  # fmt: skip
 @click.option("--valid-size", default=1000, show_default=True, type=click.IntRange(min=0))
+@click.option("--max-chars", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="Your corpus: drop pairs with a side longer than this.")  # fmt: skip
+@click.option("--max-ratio", default=9.0, show_default=True, type=FiniteRange(min=1.0),
+              help="Your corpus: drop pairs whose UTF-8 sizes differ more than this.")  # fmt: skip
 @click.option("--seed", default=1234, show_default=True, help="Seed of the train/valid/test split.")
-@click.option(
-    "--no-verify", is_flag=True, help="Skip the checksum check (a newer release of the archive)."
-)
+@click.option("--no-verify", is_flag=True, help="Skip the checksum check (a newer release of the archive).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace an --out that is not a prepared corpus.")
-def prepare_command(
-    name, out, from_dir, zh_script, unicode_form, test_size, valid_size, seed, no_verify, force
-) -> None:
+def prepare_command(name, out, src, tgt, tsv, **opts) -> None:
     """Prepare a corpus: normalise, convert script, dedupe, split, write a manifest."""
-    opts = PrepareOptions(
-        from_dir, zh_script, unicode_form, test_size, valid_size, seed, not no_verify, force
-    )
-    with Progress(
-        *Progress.get_default_columns(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    ) as bar:
+    inputs = _own_inputs(name, src, tgt, tsv, opts["from_dir"])
+    if inputs:
+        _prepare_own(*inputs, out, opts)
+        return
+    known = PrepareOptions(opts["from_dir"], opts["zh_script"], opts["unicode_form"], opts["test_size"],
+                           opts["valid_size"], opts["seed"], not opts["no_verify"], opts["force"])  # fmt: skip
+    with Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(),
+                  console=console, disable=not console.is_terminal) as bar:  # fmt: skip
         task = bar.add_task("download", total=None)
-        manifest = prepare(
-            name,
-            out,
-            opts,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-        )
-    console.print(
-        json.dumps({k: manifest[k] for k in ("counts", "dropped")}), soft_wrap=True, markup=False
-    )
+        manifest = prepare(name, out, known, lambda done, total: bar.update(task, completed=done, total=total))
+    _say_json(manifest, ("counts", "dropped"))
     console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json", markup=False)
+
+
+def _own_inputs(name, src, tgt, tsv, from_dir) -> tuple[str, str] | None:
+    """(src, tgt) of the user's corpus (tgt "" for a TSV), or None for a known corpus NAME."""
+    if name is None and not (src or tsv):
+        raise UserError("give a corpus NAME, or your own corpus with --src and --tgt (or --tsv)")
+    if name is not None and (src or tgt or tsv):
+        raise UserError(f"{name} or --src/--tgt/--tsv: prepare one corpus at a time")
+    if name is not None:
+        return None
+    if from_dir:
+        raise UserError("--from is for a known corpus NAME; your own files are --src/--tgt or --tsv")
+    if tsv and (src or tgt):
+        raise UserError("--tsv holds both sides: give it without --src/--tgt")
+    if src and not tgt:
+        raise UserError(f"--src {src} needs --tgt (or give one source<TAB>target file as --tsv)")
+    return (tsv, "") if tsv else (src, tgt)
+
+
+def _prepare_own(src: str, tgt: str, out: str, opts: dict) -> None:
+    from mtcli.data.own_corpus import OwnCorpusOptions, prepare_own
+
+    own = OwnCorpusOptions(opts["src_lang"], opts["tgt_lang"], opts["zh_script"], opts["unicode_form"],
+                           opts["test_size"], opts["valid_size"], opts["seed"], opts["max_chars"],
+                           opts["max_ratio"], opts["force"])  # fmt: skip
+    with pairs_bar("clean") as progress:
+        manifest = prepare_own(src, tgt, out, own, progress)
+    _say_json(manifest, ("counts", "dropped"))
+    console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json", markup=False)
+
+
+@data.command("binarize")
+@click.option("--src", required=True, help="Source text (.gz accepted), or a source<TAB>target file without --tgt.")  # fmt: skip
+@click.option("--tgt", help="Target text, aligned with --src.")
+@click.option("--tokenizer", required=True, help="Tokenizer directory (or a model directory) whose ids to store.")  # fmt: skip
+@click.option("--out", required=True, help="The token store's folder (give it to `mtcli train --data`).")
+@click.option("--max-len", default=128, show_default=True, type=click.IntRange(min=1),
+              help="Drop pairs with more tokens on a side.")  # fmt: skip
+@click.option("--max-ratio", default=9.0, show_default=True, type=FiniteRange(min=1.0),
+              help="Drop pairs whose token counts differ more than this.")  # fmt: skip
+@click.option("--keep-text", is_flag=True, help="Store the text too (needed by --bpe-dropout).")
+@click.option("--threads", default=0, show_default=True, type=click.IntRange(min=0, max=int(THREADS.high)),
+              help="Encoding threads (0 = all cores).")  # fmt: skip
+@click.option("--force", is_flag=True, help="Replace an --out that is not a token store.")
+def binarize_command(src, tgt, tokenizer, out, max_len, max_ratio, keep_text, threads, force) -> None:
+    """Store a corpus as token ids once, for training (`mtcli train --data OUT`)."""
+    from mtcli.data.token_store import BinarizeRequest, Filters, check_binarize, ensure_store
+    from mtcli.device import available_cpus
+
+    request = BinarizeRequest(src, tgt or "", Path(tokenizer), Path(out), Filters(max_len, max_ratio),
+                              keep_text, threads or available_cpus())  # fmt: skip
+    check_binarize(request, force)
+    with pairs_bar("binarize") as progress:
+        manifest, what = ensure_store(request, lambda n: progress("binarize", n))
+    if what == "current":
+        console.print(f"{out} is up to date: the same corpus, tokenizer and filters", markup=False)
+    _say_json(manifest, ("pairs", "stats", "tokens", "seconds"))

@@ -6,10 +6,12 @@ tokenizer's training text, translate's input and eval's hypotheses alike.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import select
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -18,7 +20,12 @@ from mtcli.errors import UserError
 
 
 def open_binary(path: str | Path) -> BinaryIO:
+    """A file's bytes; a name ending in .gz is read through gzip (corpora are shipped so)."""
     try:
+        if str(path).endswith(".gz"):
+            with open(path, "rb"):  # the errors below name a missing file, not gzip's
+                pass
+            return gzip.open(path, "rb")
         return open(path, "rb")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
@@ -79,7 +86,10 @@ MAX_LINE_BYTES = 1 << 20
 def read_raw_line(f: BinaryIO, name: str | Path, line_no: int) -> bytes:
     """Line `line_no`'s bytes with their ending (b"" at the end of the file), refused past
     MAX_LINE_BYTES."""
-    raw = f.readline(MAX_LINE_BYTES + 2)  # room for the longest line and its \r\n
+    try:
+        raw = f.readline(MAX_LINE_BYTES + 2)  # room for the longest line and its \r\n
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise UserError(f"{name}:{line_no}: damaged gzip data ({e or 'truncated'})") from None
     if len(raw) > MAX_LINE_BYTES and len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:  # no copy per line
         _too_long(name, line_no)
     return raw

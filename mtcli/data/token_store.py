@@ -31,9 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
+from mtcli.data.parallel_text import read_corpus
 from mtcli.data.tokenizer import Tokenizer, read_meta
 from mtcli.errors import UserError
-from mtcli.files import clean_leftovers, replace_dir, temp_dir_beside
+from mtcli.data.textio import open_binary
+from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -318,11 +320,34 @@ def is_current(manifest: dict | None, key: dict) -> bool:
     return manifest is not None and manifest.get("format") == FORMAT and manifest.get("key") == key
 
 
+def check_binarize(req: BinarizeRequest, force: bool) -> None:
+    """Before any work: --out may be made or replaced, the corpus and tokenizer can be read."""
+    check_replaceable(req.out, "tokens", "--out", force, reads=[req.src, req.tgt, req.tokenizer_dir])
+    Tokenizer.load(req.tokenizer_dir)
+    for p in (req.src, req.tgt):
+        if p:
+            open_binary(p).close()
+
+
+def ensure_store(req: BinarizeRequest, progress: Progress = lambda n: None) -> tuple[dict, str]:
+    """The store req.out as the request makes it: kept when its key (the sha256 of the corpus
+    files and of the tokenizer, the filters) is the same, else built anew. Returns its manifest
+    and what happened: "current", "new", or "changed" (a store of other inputs was replaced)."""
+    corpus = corpus_record([p for p in (req.src, req.tgt) if p])
+    key = store_key(corpus, tokenizer_digest(req.tokenizer_dir), req.filters, req.keep_text)
+    manifest = read_manifest(req.out)
+    if is_current(manifest, key):
+        return manifest, "current"
+    made = binarize(req, read_corpus(req.src, req.tgt or None), key, corpus, progress)
+    return made, "new" if manifest is None else "changed"
+
+
 def binarize(
     req: BinarizeRequest, lines: Iterator[tuple[int, str, str]], key: dict, corpus: list[dict],
     progress: Progress = lambda n: None,
 ) -> dict:  # fmt: skip
-    """Encode `lines` into a new store at req.out (built aside, renamed into place); returns its manifest."""
+    """Encode `lines` into a new store at req.out (built aside, renamed into place); returns
+    its manifest. Streams in chunks of CHUNK_PAIRS: memory stays flat whatever the corpus."""
     tokenizer = Tokenizer.load(req.tokenizer_dir)
     clean_leftovers(req.out.parent, MANIFEST, req.out.name.__eq__)
     tmp = temp_dir_beside(req.out)

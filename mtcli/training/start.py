@@ -30,13 +30,10 @@ from mtcli.data.token_store import (
     BinarizeRequest,
     Filters,
     TokenStore,
-    binarize,
-    corpus_record,
     encode_pairs,
-    is_current,
+    ensure_store,
     open_store,
     read_manifest,
-    store_key,
     tokenizer_digest,
 )
 from mtcli.data.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
@@ -229,20 +226,17 @@ def check_store_tokenizer(store: TokenStore, tokenizer_dir: Path) -> None:
 
 
 def ensure_run_store(cfg: TrainConfig, tokenizer_dir: Path, say) -> None:
-    """OUT/data as the corpus, tokenizer and filters of this run make it: reused when its key
-    (their sha256 and values) is the same, built again otherwise."""
+    """OUT/data as the corpus, tokenizer and filters of this run make it (reused while they
+    are the same)."""
     out = Path(cfg.out) / "data"
-    corpus = corpus_record([p for p in (cfg.src, cfg.tgt) if p])
-    key = store_key(corpus, tokenizer_digest(tokenizer_dir), filters_of(cfg), cfg.bpe_dropout > 0)
-    manifest = read_manifest(out)
-    if is_current(manifest, key):
-        return
-    if manifest is not None:
-        say(Message(f"{out}: the corpus, tokenizer or filters changed; binarizing again"))
+    threads = max(1, cfg.threads or available_cpus())
+    request = BinarizeRequest(cfg.src, cfg.tgt, tokenizer_dir, out, filters_of(cfg), cfg.bpe_dropout > 0, threads)  # fmt: skip
     started = time.monotonic()
-    request = BinarizeRequest(cfg.src, cfg.tgt, tokenizer_dir, out, filters_of(cfg), cfg.bpe_dropout > 0,
-                              threads=max(1, cfg.threads or available_cpus()))  # fmt: skip
-    made = binarize(request, read_corpus(cfg.src, cfg.tgt or None), key, corpus)
+    made, what = ensure_store(request)
+    if what == "current":
+        return
+    if what == "changed":
+        say(Message(f"{out}: the corpus, tokenizer or filters changed since it was built; binarized again"))  # fmt: skip
     seconds = time.monotonic() - started
-    say(Message(f"binarized {made['stats']['read']:,} pairs into {out} in {seconds:.1f} s "
-                f"({made['stats']['read'] / max(seconds, 1e-9):,.0f} pairs/s)"))  # fmt: skip
+    read = made["stats"]["read"]
+    say(Message(f"binarized {read:,} pairs into {out} in {seconds:.1f} s ({read / max(seconds, 1e-9):,.0f} pairs/s)"))  # fmt: skip

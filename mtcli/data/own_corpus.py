@@ -1,0 +1,189 @@
+"""Any aligned corpus (two files or a TSV, gzip accepted) prepared as prepare.py prepares
+Tatoeba: normalised, script-converted, filtered, deduplicated, split by source sentence into
+train/valid/test, with a manifest; streamed, so the text is never held in memory.
+
+Two passes. The first streams the input, normalises and filters each pair and writes the
+survivors to a scratch file, keeping two 8-byte hashes per pair (the pair's, for exact
+duplicates; its English key's, for the split): 16 bytes a pair, not its text. Between them,
+numpy finds first occurrences and draws the held-out source sentences. The second streams the
+scratch file into the splits. The directory is built aside and swapped in whole.
+Knows nothing about models; reports progress through a callback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mtcli.data.parallel_text import read_corpus
+from mtcli.data.prepare import english_key, normalize_text
+from mtcli.data.token_store import file_digest
+from mtcli.errors import UserError
+from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
+
+Progress = Callable[[str, int], None]  # (phase, pairs so far)
+SCRATCH = "all.tsv"
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass(frozen=True)
+class OwnCorpusOptions:
+    """How a corpus of the user's is cleaned and split (the Tatoeba preparation's defaults)."""
+
+    src_lang: str = "en"
+    tgt_lang: str = "zh"
+    zh_script: str = "simplified"  # a Chinese side converted to Simplified script, or "keep"
+    unicode_form: str = "NFC"  # NFC keeps full-width CJK punctuation; NFKC folds it
+    n_test: int = 2000
+    n_valid: int = 1000
+    seed: int = 1234
+    max_chars: int = 1000  # characters per side; longer pairs are dropped (rarely sentences)
+    # UTF-8 bytes of the longer side over the shorter: bytes, not characters, because a
+    # Chinese character (3 bytes) carries about what 3 English letters do
+    max_ratio: float = 9.0
+    force: bool = False
+
+
+def _hash64(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+@dataclass
+class FirstPass:
+    kept: int
+    dropped: dict[str, int]
+    pair_hashes: np.ndarray  # (kept,) uint64
+    key_hashes: np.ndarray  # (kept,) uint64
+
+
+def _clean_pair(s: str, t: str, opts: OwnCorpusOptions, convert) -> tuple[str, str] | str:
+    """The normalised pair, or why it is dropped ("empty", "too_long", "bad_ratio")."""
+    s, t = normalize_text(s, opts.unicode_form), normalize_text(t, opts.unicode_form)
+    if convert is not None:
+        s, t = (convert(s) if opts.src_lang == "zh" else s), (convert(t) if opts.tgt_lang == "zh" else t)
+    if not s or not t:
+        return "empty"
+    if len(s) > opts.max_chars or len(t) > opts.max_chars:
+        return "too_long"
+    n_s, n_t = len(s.encode("utf-8")), len(t.encode("utf-8"))
+    if max(n_s, n_t) / min(n_s, n_t) > opts.max_ratio:
+        return "bad_ratio"
+    return s, t
+
+
+def first_pass(lines, scratch: Path, opts: OwnCorpusOptions, progress: Progress) -> FirstPass:
+    """Normalise and filter every pair into `scratch` (source TAB target), hashing each."""
+    convert = None
+    if opts.zh_script == "simplified" and "zh" in (opts.src_lang, opts.tgt_lang):
+        import opencc
+
+        convert = opencc.OpenCC("t2s").convert
+    dropped = {"empty": 0, "too_long": 0, "bad_ratio": 0}
+    pair_h, key_h, read = array("Q"), array("Q"), 0  # 8 bytes an entry, not a Python int
+    with open(scratch, "w", encoding="utf-8") as out:
+        for _, s, t in lines:
+            read += 1
+            cleaned = _clean_pair(s, t, opts, convert)
+            if isinstance(cleaned, str):
+                dropped[cleaned] += 1
+            else:
+                out.write(f"{cleaned[0]}\t{cleaned[1]}\n")  # normalize_text left no tab or newline
+                pair_h.append(_hash64(cleaned[0] + "\t" + cleaned[1]))
+                key_h.append(_hash64(english_key(cleaned[0])))
+            if read % 100_000 == 0:
+                progress("clean", read)
+    progress("clean", read)
+    as_array = lambda xs: np.frombuffer(xs, dtype=np.uint64)  # noqa: E731
+    return FirstPass(len(pair_h), dropped, as_array(pair_h), as_array(key_h))
+
+
+def first_occurrences(hashes: np.ndarray) -> np.ndarray:
+    """(n,) bool: True at the first pair with each hash (exact duplicates after it are False)."""
+    keep = np.zeros(len(hashes), dtype=bool)
+    keep[np.unique(hashes, return_index=True)[1]] = True
+    return keep
+
+
+def held_out_keys(keys: np.ndarray, n_test: int, n_valid: int, seed: int) -> dict[int, str]:
+    """Source-sentence keys drawn for test, then valid: whole groups, in a seeded order, until
+    each split has its size (a group is never cut, so no test sentence is also in train)."""
+    unique, counts = np.unique(keys, return_counts=True)
+    order = np.random.default_rng(seed).permutation(len(unique))
+    unique, counts = unique[order], counts[order]
+    before = np.cumsum(counts) - counts  # pairs in the groups drawn before each one
+    test = before < n_test
+    in_test = int(counts[test].sum())
+    valid = ~test & (before - in_test < n_valid)
+    return {int(k): "test" for k in unique[test]} | {int(k): "valid" for k in unique[valid]}
+
+
+def prepare_own(
+    src: str, tgt: str, out: str | Path, opts: OwnCorpusOptions, progress: Progress = lambda p, n: None
+) -> dict:
+    """Prepare `src`/`tgt` (or the TSV `src` when `tgt` is "") into `out`; returns the manifest."""
+    out = Path(out)
+    inputs = [p for p in (src, tgt) if p]
+    check_replaceable(out, "corpus", "--out", opts.force, reads=inputs)
+    clean_leftovers(out.parent, "manifest.json", out.name.__eq__)
+    tmp = temp_dir_beside(out)
+    try:
+        first = first_pass(read_corpus(src, tgt or None), tmp / SCRATCH, opts, progress)
+        keep = first_occurrences(first.pair_hashes)
+        duplicates = int(first.kept - keep.sum())
+        if opts.n_test + opts.n_valid >= first.kept - duplicates:
+            raise UserError(
+                f"--test-size {opts.n_test} and --valid-size {opts.n_valid} leave no training "
+                f"pairs: {src} has {first.kept - duplicates:,} after cleaning"
+            )
+        where = held_out_keys(first.key_hashes[keep], opts.n_test, opts.n_valid, opts.seed)
+        counts = _write_splits(tmp, keep, first.key_hashes, where, progress)
+        (tmp / SCRATCH).unlink()
+        manifest = _manifest(inputs, opts, counts, {**first.dropped, "duplicate": duplicates})
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        replace_dir(tmp, out, "manifest.json")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _write_splits(tmp: Path, keep: np.ndarray, keys: np.ndarray, where: dict, progress) -> dict:
+    """Second pass: the scratch file's kept pairs into train/valid/test, in file order."""
+    files = {(split, side): open(tmp / f"{split}.{side}", "w", encoding="utf-8") for split in SPLITS
+             for side in ("src", "tgt")}  # fmt: skip
+    counts = dict.fromkeys(SPLITS, 0)
+    try:
+        with open(tmp / SCRATCH, encoding="utf-8") as scratch:
+            for i, line in enumerate(scratch):
+                if not keep[i]:
+                    continue
+                s, t = line.rstrip("\n").split("\t")
+                split = where.get(int(keys[i]), "train")
+                files[split, "src"].write(s + "\n")
+                files[split, "tgt"].write(t + "\n")
+                counts[split] += 1
+                if i % 100_000 == 0:
+                    progress("split", i)
+    finally:
+        for f in files.values():
+            f.close()
+    return counts
+
+
+def _manifest(inputs: list[str], opts: OwnCorpusOptions, counts: dict, dropped: dict) -> dict:
+    return {
+        "corpus": "own",
+        "src_lang": opts.src_lang,
+        "tgt_lang": opts.tgt_lang,
+        "counts": counts,
+        "dropped": dropped,
+        "inputs": [{"path": str(p), "sha256": file_digest(p)} for p in inputs],
+        "options": {k: getattr(opts, k) for k in ("zh_script", "unicode_form", "seed", "max_chars", "max_ratio")},
+    }

@@ -38,8 +38,8 @@ from mtcli.config import (  # noqa: E402
     TrainConfig,
 )
 from mtcli.data.batches import collate, epoch_batches  # noqa: E402
-from mtcli.data.token_store import Filters, encode_pairs  # noqa: E402
 from mtcli.data.parallel_text import read_parallel  # noqa: E402
+from mtcli.data.token_store import Filters, encode_pairs  # noqa: E402
 from mtcli.data.tokenizer import TokenizerOptions, train_tokenizer  # noqa: E402
 from mtcli.device import limit_kernel_caches  # noqa: E402
 from mtcli.model.linear import Linear  # noqa: E402

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from mtcli.cli import main
 from mtcli.data.batches import epoch_batches, make_batches
 from mtcli.data.parallel_text import read_corpus, read_parallel
-from mtcli.data.token_store import Filters, encode_pairs
 from mtcli.data.textio import MAX_LINE_BYTES, read_chunks, read_lines
+from mtcli.data.token_store import Filters, encode_pairs
 from mtcli.data.tokenizer import Tokenizer, TokenizerOptions, train_tokenizer
 from mtcli.errors import UserError
 from tests.conftest import TATOEBA, run_mtcli, write_lines
@@ -165,7 +165,7 @@ def test_batches_are_filled_greedily_in_length_order():
     in_order = [made.order[made.starts[b] : made.starts[b + 1]].tolist() for b in range(len(made))]
     flat = [i for b in in_order for i in b]
     assert [(src[i], tgt[i]) for i in flat] == sorted((src[i], tgt[i]) for i in flat)
-    for b, nxt in zip(in_order, in_order[1:]):
+    for b, nxt in zip(in_order, in_order[1:], strict=False):
         cost = lambda idx: len(idx) * (max(src[i] for i in idx) + max(tgt[i] for i in idx))  # noqa: E731
         assert cost(b) <= 200 < cost(b + nxt[:1])
     assert sorted(flat) == list(range(500))
@@ -178,7 +178,9 @@ def test_ranks_share_an_epoch_in_strides():
     whole = as_lists(made)
     ranks = [as_lists(made.share(r, 2)) for r in range(2)]
     assert len(ranks[0]) == len(ranks[1]) == len(whole) // 2
-    assert [ranks[0][k] + ranks[1][k] for k in range(10)] == [whole[2 * k] + whole[2 * k + 1] for k in range(10)]
+    assert [ranks[0][k] + ranks[1][k] for k in range(10)] == [
+        whole[2 * k] + whole[2 * k + 1] for k in range(10)
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,9 @@ from tests.conftest import REPO, copy_sentences, copy_tokenizer, write_lines
 
 SHAPE = dict(d_model=32, n_heads=2, d_ff=64, n_enc_layers=1, n_dec_layers=1, dropout=0.0)
 # lr 0.06 from the first step (warm-up 1): steps big enough that a wrong average would show
-SETTINGS = dict(max_tokens=64, max_steps=3, lr_factor=0.35, warmup=1, threads=1, log_every=1, max_len=32)
+SETTINGS = dict(
+    max_tokens=64, max_steps=3, lr_factor=0.35, warmup=1, threads=1, log_every=1, max_len=32
+)
 
 
 def _free_port() -> int:
@@ -43,17 +45,35 @@ def test_two_ranks_equal_one_process_with_the_same_global_batches(tmp_path):
                                accum=4, model=ModelConfig(**SHAPE), **SETTINGS))  # fmt: skip
     args = ["train", "--src", str(src), "--tgt", str(tgt), "--tokenizer", str(tok), "--out", str(tmp_path / "two"),
             "--accum", "2", *_flags(SHAPE), *_flags(SETTINGS)]  # fmt: skip
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}"]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={_free_port()}",
+    ]
     proc = subprocess.run([*torchrun, "-m", "mtcli", *args], capture_output=True, text=True, timeout=300,
                           cwd=REPO, env={**os.environ, "NO_COLOR": "1"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 process(es)" in proc.stderr
-    one, two = (_without_key_biases(load_model(tmp_path / d / "last").model.state_dict()) for d in ("one", "two"))
-    moved = max(float((one[k] - v).abs().max()) for k, v in _without_key_biases(_initial(tok, tgt, src)).items())
+    one, two = (
+        _without_key_biases(load_model(tmp_path / d / "last").model.state_dict())
+        for d in ("one", "two")
+    )
+    moved = max(
+        float((one[k] - v).abs().max())
+        for k, v in _without_key_biases(_initial(tok, tgt, src)).items()
+    )
     worst = max(float((one[k] - two[k]).abs().max()) for k in one)
     assert moved > 1e-2  # the steps changed the weights by far more than the tolerance
-    assert worst < 2e-5, f"max weight difference {worst:.2e} (the steps moved weights by {moved:.2e})"
-    losses = [float(line.split(" loss ")[1].split()[0]) for line in proc.stderr.splitlines() if " loss " in line]
+    assert worst < 2e-5, (
+        f"max weight difference {worst:.2e} (the steps moved weights by {moved:.2e})"
+    )
+    losses = [
+        float(line.split(" loss ")[1].split()[0])
+        for line in proc.stderr.splitlines()
+        if " loss " in line
+    ]
     assert losses == pytest.approx([round(x, 3) for x in single.losses], abs=1.5e-3)
 
 

@@ -206,3 +206,87 @@ def test_local_copy_with_a_different_checksum_is_refused(tmp_path):
         P.PrepareOptions(from_dir=str(raw), verify=False, n_test=0, n_valid=0),
     )
     assert manifest["counts"]["train"] == 1
+
+
+# ---------------------------------------------------------------- your own corpus
+def _own_rows() -> list[tuple[str, str]]:
+    """Pairs with what preparation must handle: duplicates, empty sides, traditional script,
+    extra spaces, an over-long side, a misaligned-looking ratio, one key in several cases."""
+    rows = [(f"Sentence number {i}.", f"第{i}句。") for i in range(300)]
+    rows += [("Sentence number 5.", "第5句。"), ("We   talk.", "我們說話。"), ("We talk.", "我们说话。"),
+             ("we talk!", "我们谈谈。"), ("", "空"), ("Empty", " "), ("x" * 1001, "长"),
+             ("A long English sentence that is in no way a translation of that.", "是")]  # fmt: skip
+    return rows
+
+
+def test_own_corpus_is_cleaned_deduplicated_and_split_by_source(tmp_path):
+    """`data prepare --src --tgt` (gzipped) keeps what the in-memory Tatoeba cleaner keeps (its
+    own implementation), drops empty, too long and bad-ratio pairs, counts every drop, and puts
+    every source key in one split only; --tsv gives the same files."""
+    import gzip
+
+    from click.testing import CliRunner
+
+    from mtcli.cli import main
+
+    rows = _own_rows()
+    for name, side in (("a.en.gz", 0), ("a.zh.gz", 1)):
+        with gzip.open(tmp_path / name, "wt", encoding="utf-8") as f:
+            f.writelines(r[side] + "\n" for r in rows)
+    (tmp_path / "a.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in rows), encoding="utf-8")
+    args = ["data", "prepare", "--test-size", "20", "--valid-size", "10"]
+    one = CliRunner().invoke(main, [*args, "--src", str(tmp_path / "a.en.gz"), "--tgt", str(tmp_path / "a.zh.gz"),
+                                    "--out", str(tmp_path / "own")])  # fmt: skip
+    assert one.exit_code == 0, one.output
+    manifest = json.loads((tmp_path / "own" / "manifest.json").read_text())
+    assert manifest["dropped"] == {"empty": 2, "too_long": 1, "bad_ratio": 1, "duplicate": 2}
+    got = {split: list(zip(*(((tmp_path / "own" / f"{split}.{s}").read_text().splitlines()) for s in ("src", "tgt")),
+                           strict=True)) for split in ("train", "valid", "test")}  # fmt: skip
+    assert {k: len(v) for k, v in got.items()} == manifest["counts"]
+    expected = P.clean_pairs(P.Pairs([s for s, _ in rows], [t for _, t in rows], [""] * len(rows)), form="NFC",
+                             simplify=True, dedupe=True, dropped={})  # fmt: skip
+    kept = [
+        (s, t)
+        for s, t in zip(expected.src, expected.tgt, strict=True)
+        if len(s) <= 1000 and "no way" not in s
+    ]
+    assert sorted(p for pairs in got.values() for p in pairs) == sorted(kept)
+    keys = {split: {P.english_key(s) for s, _ in pairs} for split, pairs in got.items()}
+    assert (
+        not keys["train"] & keys["test"]
+        and not keys["train"] & keys["valid"]
+        and not keys["valid"] & keys["test"]
+    )
+    assert 20 <= manifest["counts"]["test"] <= 22 and 10 <= manifest["counts"]["valid"] <= 12
+    tsv = CliRunner().invoke(
+        main, [*args, "--tsv", str(tmp_path / "a.tsv"), "--out", str(tmp_path / "own2")]
+    )
+    assert tsv.exit_code == 0, tsv.output
+    for name in ("train.src", "train.tgt", "test.src", "valid.tgt"):
+        assert (tmp_path / "own2" / name).read_bytes() == (tmp_path / "own" / name).read_bytes()
+
+
+def test_own_corpus_mistakes_are_one_line_and_write_nothing(tmp_path):
+    """Misaligned files name both counts (found while streaming); NAME with --src, --src without
+    --tgt, and a held-out size that leaves no training pairs are refused; --out stays absent."""
+    from click.testing import CliRunner
+
+    from mtcli.cli import main
+
+    en = tmp_path / "a.en"
+    en.write_text("one\ntwo\nthree\n")
+    zh = tmp_path / "a.zh"
+    zh.write_text("一\n二\n")
+    out = ["--out", str(tmp_path / "out")]
+    cases = {
+        ("--src", str(en), "--tgt", str(zh)): f"{en} has 3 lines but {zh} has 2",
+        ("tatoeba-en-zh", "--src", str(en), "--tgt", str(zh)): "one corpus at a time",
+        ("--src", str(en)): "needs --tgt",
+        ("--src", str(en), "--tgt", str(en)): "leave no training pairs",
+        (): "give a corpus NAME",
+    }
+    for args, message in cases.items():
+        result = CliRunner().invoke(main, ["data", "prepare", *args, *out])
+        assert result.exit_code != 0 and message in result.output, (args, result.output)
+        assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.en", "a.zh"]

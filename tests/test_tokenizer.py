@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -18,7 +19,7 @@ from mtcli.data.tokenizer import (
     TokenizerOptions,
     train_tokenizer,
 )
-from tests.conftest import EN_LINES, REPO, TATOEBA, ZH_LINES
+from tests.conftest import EN_LINES, REPO, TATOEBA, ZH_LINES, write_lines
 
 
 @pytest.mark.parametrize("joint", [True, False])
@@ -112,3 +113,35 @@ def test_bpe_dropout_is_seeded_even_across_processes():
     sampled = json.loads(runs[0])
     assert sum(map(len, sampled)) > 1.1 * sum(len(tok.encode_src(line)) for line in lines)
     assert [tok.decode_tgt(ids) for ids in sampled] == lines
+
+
+def test_a_large_corpus_trains_its_tokenizer_on_a_sample_and_says_so(tmp_path, monkeypatch):
+    """Past SAMPLE_PAST sentences sentencepiece is asked for a random sample of that many (and
+    the user is told); below it, or with --input-sentence-size above the count, every sentence."""
+    import sentencepiece as spm
+
+    from mtcli.data import tokenizer as T
+    from tests.conftest import copy_sentences
+
+    asked = []
+    real_train = spm.SentencePieceTrainer.train
+
+    def spy(**kwargs):
+        asked.append(kwargs.get("input_sentence_size", 0))
+        return real_train(**kwargs)
+
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", spy)
+    monkeypatch.setattr(T, "SAMPLE_PAST", 150)
+    lines = write_lines(tmp_path / "l.txt", copy_sentences(100, seed=2))
+    said = []
+    opts = T.TokenizerOptions(vocab_size=40, character_coverage=1.0)
+    T.train_tokenizer(lines, lines, tmp_path / "joint", opts, say=said.append)  # 200 sentences
+    T.train_tokenizer(
+        lines, lines, tmp_path / "sep", dataclasses.replace(opts, joint=False), say=said.append
+    )
+    T.train_tokenizer(lines, lines, tmp_path / "all", dataclasses.replace(opts, input_sentence_size=500),
+                      say=said.append)  # fmt: skip
+    assert asked == [150, 0, 0, 0]
+    assert said == [
+        "tokenizer: 200 sentences; training on a random sample of 150 (--input-sentence-size sets the number)"
+    ]

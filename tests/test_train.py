@@ -79,7 +79,16 @@ def test_checkpoint_layout(copy_model_dir):
     run = copy_model_dir.parent
     names = sorted(p.name for p in run.iterdir())
     # tokenizer given: none trained; .lock marks a run directory and is never removed
-    assert names == [".lock", "best", "data", "last", "metrics.jsonl", "step-100", "step-200", "step-300"]
+    assert names == [
+        ".lock",
+        "best",
+        "data",
+        "last",
+        "metrics.jsonl",
+        "step-100",
+        "step-200",
+        "step-300",
+    ]
     for name in ("best", "last", "step-100", "step-200", "step-300"):
         assert (run / name / "trainer_state.pt").is_file(), name
     weights = [(run / n / "model.safetensors").stat() for n in ("last", "step-300")]

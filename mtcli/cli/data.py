@@ -46,13 +46,18 @@ def _say_json(manifest: dict, keys: tuple[str, ...]) -> None:
 @data.command("prepare")
 @click.argument("name", required=False, type=click.Choice(sorted(CORPORA)))
 @click.option("--out", required=True, help="Folder for train/valid/test files and manifest.json.")
-@click.option("--from", "from_dir", help="Folder with the raw files of NAME (offline), instead of downloading.")  # fmt: skip
-@click.option("--src", help="Your corpus: source text, one sentence a line (.gz accepted), instead of NAME.")  # fmt: skip
+@click.option(
+    "--from", "from_dir", help="Folder with NAME's raw files (offline), instead of downloading."
+)
+@click.option(
+    "--src", help="Your corpus instead of NAME: source text, a sentence a line (.gz read)."
+)
 @click.option("--tgt", help="Your corpus: target text, aligned with --src.")
 @click.option("--tsv", help="Your corpus as one source<TAB>target file, instead of --src/--tgt.")
 @click.option("--src-lang", default="en", show_default=True, help="Your corpus: source language.")
 @click.option("--tgt-lang", default="zh", show_default=True, help="Your corpus: target language.")
-@click.option("--zh-script", type=click.Choice(["simplified", "keep"]), default="simplified", show_default=True)  # fmt: skip
+@click.option("--zh-script", type=click.Choice(["simplified", "keep"]), default="simplified",
+              show_default=True)  # fmt: skip
 @click.option("--unicode-form", type=click.Choice(["NFC", "NFKC"]), default="NFC", show_default=True)  # fmt: skip
 @click.option("--test-size", default=2000, show_default=True, type=click.IntRange(min=0),
               help="Pairs in test (corpora without official splits).")  # fmt: skip
@@ -62,7 +67,9 @@ def _say_json(manifest: dict, keys: tuple[str, ...]) -> None:
 @click.option("--max-ratio", default=9.0, show_default=True, type=FiniteRange(min=1.0),
               help="Your corpus: drop pairs whose UTF-8 sizes differ more than this.")  # fmt: skip
 @click.option("--seed", default=1234, show_default=True, help="Seed of the train/valid/test split.")
-@click.option("--no-verify", is_flag=True, help="Skip the checksum check (a newer release of the archive).")  # fmt: skip
+@click.option(
+    "--no-verify", is_flag=True, help="Skip the checksum check (a newer release of NAME)."
+)
 @click.option("--force", is_flag=True, help="Replace an --out that is not a prepared corpus.")
 def prepare_command(name, out, src, tgt, tsv, **opts) -> None:
     """Prepare a corpus: normalise, convert script, dedupe, split, write a manifest."""
@@ -75,7 +82,9 @@ def prepare_command(name, out, src, tgt, tsv, **opts) -> None:
     with Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(),
                   console=console, disable=not console.is_terminal) as bar:  # fmt: skip
         task = bar.add_task("download", total=None)
-        manifest = prepare(name, out, known, lambda done, total: bar.update(task, completed=done, total=total))
+        manifest = prepare(
+            name, out, known, lambda done, total: bar.update(task, completed=done, total=total)
+        )
     _say_json(manifest, ("counts", "dropped"))
     console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json", markup=False)
 
@@ -89,7 +98,9 @@ def _own_inputs(name, src, tgt, tsv, from_dir) -> tuple[str, str] | None:
     if name is not None:
         return None
     if from_dir:
-        raise UserError("--from is for a known corpus NAME; your own files are --src/--tgt or --tsv")
+        raise UserError(
+            "--from is for a known corpus NAME; your own files are --src/--tgt or --tsv"
+        )
     if tsv and (src or tgt):
         raise UserError("--tsv holds both sides: give it without --src/--tgt")
     if src and not tgt:
@@ -110,10 +121,18 @@ def _prepare_own(src: str, tgt: str, out: str, opts: dict) -> None:
 
 
 @data.command("binarize")
-@click.option("--src", required=True, help="Source text (.gz accepted), or a source<TAB>target file without --tgt.")  # fmt: skip
+@click.option(
+    "--src",
+    required=True,
+    help="Source text (.gz read), or a source<TAB>target file without --tgt.",
+)
 @click.option("--tgt", help="Target text, aligned with --src.")
-@click.option("--tokenizer", required=True, help="Tokenizer directory (or a model directory) whose ids to store.")  # fmt: skip
-@click.option("--out", required=True, help="The token store's folder (give it to `mtcli train --data`).")
+@click.option(
+    "--tokenizer", required=True, help="Tokenizer (or model) directory whose ids to store."
+)
+@click.option(
+    "--out", required=True, help="The token store's folder (give it to `mtcli train --data`)."
+)
 @click.option("--max-len", default=128, show_default=True, type=click.IntRange(min=1),
               help="Drop pairs with more tokens on a side.")  # fmt: skip
 @click.option("--max-ratio", default=9.0, show_default=True, type=FiniteRange(min=1.0),
@@ -122,7 +141,9 @@ def _prepare_own(src: str, tgt: str, out: str, opts: dict) -> None:
 @click.option("--threads", default=0, show_default=True, type=click.IntRange(min=0, max=int(THREADS.high)),
               help="Encoding threads (0 = all cores).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace an --out that is not a token store.")
-def binarize_command(src, tgt, tokenizer, out, max_len, max_ratio, keep_text, threads, force) -> None:
+def binarize_command(
+    src, tgt, tokenizer, out, max_len, max_ratio, keep_text, threads, force
+) -> None:
     """Store a corpus as token ids once, for training (`mtcli train --data OUT`)."""
     from mtcli.data.token_store import BinarizeRequest, Filters, check_binarize, ensure_store
     from mtcli.device import available_cpus

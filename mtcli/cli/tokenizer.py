@@ -40,7 +40,8 @@ def tokenizer() -> None:
     "--input-sentence-size",
     default=0,
     show_default=True,
-    help="Sample this many sentences (0 = all).",
+    type=click.IntRange(min=0),
+    help="Train on a random sample of this many sentences (0 = all, or 3,000,000 past that many).",
 )
 @click.option("--seed", default=1, show_default=True)
 @click.option("--force", is_flag=True, help="Replace an --out that is not a tokenizer directory.")
@@ -48,7 +49,9 @@ def train(src, tgt, out, vocab_size, joint, character_coverage, input_sentence_s
     """Train sentencepiece BPE on a parallel corpus."""
     opts = TokenizerOptions(vocab_size, joint, character_coverage, input_sentence_size, seed)
     with console.status("training sentencepiece BPE"):
-        tok = train_tokenizer(src, tgt, out, opts, force=force)
+        tok = train_tokenizer(
+            src, tgt, out, opts, force=force, say=lambda m: console.print(m, markup=False)
+        )
     sizes = (
         f"{tok.src_vocab_size}"
         if tok.joint

@@ -14,7 +14,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from mtcli.cli.console import console
 from mtcli.config import TrainConfig
 from mtcli.device import import_torch, limit_kernel_caches
-from mtcli.errors import UserError
 from mtcli.settings import Layer, build_from_layers, toml_layer
 from mtcli.training.reports import Message, Report, StepReport, ValidReport
 
@@ -155,6 +154,16 @@ def init_layer(init: str) -> Layer:
     return Layer({**langs, "model": config["model"]}, lambda k, v: f"{where}: {k} = {v!r}", strict=False)  # fmt: skip
 
 
+def store_layer(data: str) -> Layer:
+    """--data STORE: the filters it was binarized with are the run's defaults (a flag that asks
+    for others is refused by checks.check_store)."""
+    from mtcli.data.token_store import read_manifest
+
+    filters = (read_manifest(data) or {}).get("key", {}).get("filters", {})
+    where = f"{data}/manifest.json"
+    return Layer(dict(filters), lambda k, v: f"{where}: {k} = {v!r}", strict=False)
+
+
 def assemble_config(config_path, flags: dict, resume: str | None, restart: bool) -> TrainConfig:
     """The run's TrainConfig, on the settings of the checkpoint it would continue from."""
     from mtcli.store.registry import find
@@ -171,6 +180,8 @@ def assemble_config(config_path, flags: dict, resume: str | None, restart: bool)
         base = [recorded_layer(checkpoint)]  # `mtcli train --out OUT` alone continues OUT
     elif first.init and checkpoint is None:
         base = [init_layer(first.init)]
+    if first.data and checkpoint is None:
+        base.append(store_layer(first.data))
     return build_from_layers(TrainConfig, base + requested)
 
 
@@ -202,7 +213,9 @@ def assemble_config(config_path, flags: dict, resume: str | None, restart: bool)
 @click.option("--max-epochs", type=int, help="Stop after N epochs (0 = no limit).")
 @click.option("--max-time", type=float, help="Wall-clock budget in minutes (0 = no limit).")
 @click.option("--max-len", type=int, help="Drop pairs with more tokens on a side.  [default: 128]")
-@click.option("--max-ratio", type=float, help="Drop pairs whose length ratio is above this.  [default: 9]")
+@click.option(
+    "--max-ratio", type=float, help="Drop pairs whose length ratio is above this.  [default: 9]"
+)
 @click.option("--valid-every", type=int, help="Steps between validations.  [default: 500]")
 @click.option("--valid-bleu-lines", type=int, help="Validation lines translated for BLEU.  [default: 500]")  # fmt: skip
 @click.option("--save-every", type=int, help="Steps between checkpoints (0 = at every validation).")

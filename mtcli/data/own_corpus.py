@@ -13,9 +13,9 @@ Knows nothing about models; reports progress through a callback.
 from __future__ import annotations
 
 import hashlib
-from array import array
 import json
 import shutil
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +67,10 @@ def _clean_pair(s: str, t: str, opts: OwnCorpusOptions, convert) -> tuple[str, s
     """The normalised pair, or why it is dropped ("empty", "too_long", "bad_ratio")."""
     s, t = normalize_text(s, opts.unicode_form), normalize_text(t, opts.unicode_form)
     if convert is not None:
-        s, t = (convert(s) if opts.src_lang == "zh" else s), (convert(t) if opts.tgt_lang == "zh" else t)
+        s, t = (
+            (convert(s) if opts.src_lang == "zh" else s),
+            (convert(t) if opts.tgt_lang == "zh" else t),
+        )
     if not s or not t:
         return "empty"
     if len(s) > opts.max_chars or len(t) > opts.max_chars:
@@ -125,7 +128,11 @@ def held_out_keys(keys: np.ndarray, n_test: int, n_valid: int, seed: int) -> dic
 
 
 def prepare_own(
-    src: str, tgt: str, out: str | Path, opts: OwnCorpusOptions, progress: Progress = lambda p, n: None
+    src: str,
+    tgt: str,
+    out: str | Path,
+    opts: OwnCorpusOptions,
+    progress: Progress = lambda p, n: None,
 ) -> dict:
     """Prepare `src`/`tgt` (or the TSV `src` when `tgt` is "") into `out`; returns the manifest."""
     out = Path(out)
@@ -146,7 +153,9 @@ def prepare_own(
         counts = _write_splits(tmp, keep, first.key_hashes, where, progress)
         (tmp / SCRATCH).unlink()
         manifest = _manifest(inputs, opts, counts, {**first.dropped, "duplicate": duplicates})
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        (tmp / "manifest.json").write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+        )
         replace_dir(tmp, out, "manifest.json")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -156,8 +165,9 @@ def prepare_own(
 
 def _write_splits(tmp: Path, keep: np.ndarray, keys: np.ndarray, where: dict, progress) -> dict:
     """Second pass: the scratch file's kept pairs into train/valid/test, in file order."""
-    files = {(split, side): open(tmp / f"{split}.{side}", "w", encoding="utf-8") for split in SPLITS
-             for side in ("src", "tgt")}  # fmt: skip
+    names = [(split, side) for split in SPLITS for side in ("src", "tgt")]
+    # six files open at once, closed in the finally below
+    files = {(sp, si): open(tmp / f"{sp}.{si}", "w", encoding="utf-8") for sp, si in names}  # noqa: SIM115
     counts = dict.fromkeys(SPLITS, 0)
     try:
         with open(tmp / SCRATCH, encoding="utf-8") as scratch:
@@ -185,5 +195,8 @@ def _manifest(inputs: list[str], opts: OwnCorpusOptions, counts: dict, dropped: 
         "counts": counts,
         "dropped": dropped,
         "inputs": [{"path": str(p), "sha256": file_digest(p)} for p in inputs],
-        "options": {k: getattr(opts, k) for k in ("zh_script", "unicode_form", "seed", "max_chars", "max_ratio")},
+        "options": {
+            k: getattr(opts, k)
+            for k in ("zh_script", "unicode_form", "seed", "max_chars", "max_ratio")
+        },
     }

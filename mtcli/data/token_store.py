@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from mtcli.data.parallel_text import read_corpus
+from mtcli.data.textio import open_binary
 from mtcli.data.tokenizer import Tokenizer, read_meta
 from mtcli.errors import UserError
-from mtcli.data.textio import open_binary
 from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
 
 FORMAT = 1
@@ -205,7 +205,9 @@ def encode_pairs(
 class _SideWriter:
     """Appends one side's pairs to its files (or to memory when `folder` is None)."""
 
-    def __init__(self, folder: Path | None, side: str, tokenizer, filters: Filters, keep_text: bool):
+    def __init__(
+        self, folder: Path | None, side: str, tokenizer, filters: Filters, keep_text: bool
+    ):
         vocab = tokenizer.src_vocab_size if side == "src" else tokenizer.tgt_vocab_size
         self.id_dtype, self.len_dtype = id_dtype(vocab), length_dtype(filters.max_len)
         self.keep_text = keep_text
@@ -214,7 +216,8 @@ class _SideWriter:
         if folder is None:
             self.files = {name: [] for name in names}
         else:
-            self.files = {name: open(folder / f"{side}.{name}", "wb") for name in names}
+            # open for the writer's life, closed (after fsync) by close()
+            self.files = {name: open(folder / f"{side}.{name}", "wb") for name in names}  # noqa: SIM115
         self._write("offsets", np.zeros(1, np.int64))
         if keep_text:
             self._write("text_offsets", np.zeros(1, np.int64))
@@ -227,14 +230,18 @@ class _SideWriter:
         if not ids:
             return
         lengths = np.fromiter(map(len, ids), np.int64, len(ids))
-        self._write("ids", np.fromiter((i for row in ids for i in row), self.id_dtype, int(lengths.sum())))
+        self._write(
+            "ids", np.fromiter((i for row in ids for i in row), self.id_dtype, int(lengths.sum()))
+        )
         self._write("offsets", self.n_ids + np.cumsum(lengths))
         self._write("lengths", lengths.astype(self.len_dtype))
         self.n_ids += int(lengths.sum())
         if self.keep_text:
             raw = [t.encode("utf-8") for t in texts]
             self._write("text", np.frombuffer(b"".join(raw), np.uint8))
-            self._write("text_offsets", self.n_bytes + np.cumsum([len(r) for r in raw], dtype=np.int64))
+            self._write(
+                "text_offsets", self.n_bytes + np.cumsum([len(r) for r in raw], dtype=np.int64)
+            )
             self.n_bytes += sum(map(len, raw))
 
     def close(self) -> None:
@@ -279,7 +286,14 @@ def corpus_record(paths: list[str]) -> list[dict]:
     out = []
     for p in paths:
         st = os.stat(p)
-        out.append({"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_digest(p)})
+        out.append(
+            {
+                "path": str(p),
+                "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+                "sha256": file_digest(p),
+            }
+        )
     return out
 
 
@@ -322,7 +336,9 @@ def is_current(manifest: dict | None, key: dict) -> bool:
 
 def check_binarize(req: BinarizeRequest, force: bool) -> None:
     """Before any work: --out may be made or replaced, the corpus and tokenizer can be read."""
-    check_replaceable(req.out, "tokens", "--out", force, reads=[req.src, req.tgt, req.tokenizer_dir])
+    check_replaceable(
+        req.out, "tokens", "--out", force, reads=[req.src, req.tgt, req.tokenizer_dir]
+    )
     Tokenizer.load(req.tokenizer_dir)
     for p in (req.src, req.tgt):
         if p:
@@ -379,7 +395,9 @@ def _copy_tokenizer(source: Path, dst: Path) -> None:
         shutil.copy2(Path(source) / name, dst / name)
 
 
-def _manifest(req: BinarizeRequest, key: dict, corpus, stats: CorpusStats, writers, seconds) -> dict:
+def _manifest(
+    req: BinarizeRequest, key: dict, corpus, stats: CorpusStats, writers, seconds
+) -> dict:
     return {
         "kind": "tokens",
         "format": FORMAT,
@@ -388,7 +406,10 @@ def _manifest(req: BinarizeRequest, key: dict, corpus, stats: CorpusStats, write
         "pairs": stats.kept,
         "stats": asdict(stats),
         "tokens": {side: w.n_ids for side, w in writers.items()},
-        "dtypes": {side: {"ids": w.id_dtype.name, "lengths": w.len_dtype.name} for side, w in writers.items()},
+        "dtypes": {
+            side: {"ids": w.id_dtype.name, "lengths": w.len_dtype.name}
+            for side, w in writers.items()
+        },
         "seconds": round(seconds, 2),
     }
 
@@ -400,7 +421,9 @@ def open_store(path: str | Path) -> TokenStore:
     if manifest is None:
         raise UserError(f"{path}: not a token store (make one with `mtcli data binarize`)")
     if manifest.get("format") != FORMAT:
-        raise UserError(f"{path}: token store format {manifest.get('format')}; this mtcli reads {FORMAT}")
+        raise UserError(
+            f"{path}: token store format {manifest.get('format')}; this mtcli reads {FORMAT}"
+        )
     n = manifest["pairs"]
     sides = {}
     for side in SIDES:

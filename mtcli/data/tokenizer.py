@@ -12,7 +12,7 @@ import json
 import random
 import re
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +34,10 @@ class TokenizerOptions:
     vocab_size: int = 8000
     joint: bool = True  # one model for both sides: lets source and target share embeddings
     character_coverage: float = 0.9995  # below 1.0 so rare CJK characters map to <unk>
-    input_sentence_size: int = 0  # sample this many sentences from big corpora; 0 = all
+    # sentences sentencepiece trains on: 0 = every one up to SAMPLE_PAST, a random sample of
+    # SAMPLE_PAST past it (it holds every sentence in memory: ~10 GB for 25M WMT lines, and
+    # a few million give the same merges); N = a sample of N
+    input_sentence_size: int = 0
     seed: int = 1
 
 
@@ -46,13 +49,25 @@ def _iter_lines(paths: Iterable[str | Path]) -> Iterator[str]:
                 yield line
 
 
-def _check_text(path: str | Path) -> None:
+SAMPLE_PAST = 3_000_000  # sentences; past this many, a tokenizer trains on a sample by default
+
+
+def _check_text(path: str | Path) -> int:
     """Read a training file once before sentencepiece does: it must be UTF-8 and hold text.
+    Returns its number of non-empty lines.
 
     (sentencepiece would replace bad bytes silently, and say only `!sentences_.empty()`.)
     """
-    if not sum(1 for line in read_lines(path) if line.strip()):
+    if not (n := sum(1 for line in read_lines(path) if line.strip())):
         raise UserError(f"{path}: no text to train a tokenizer on (empty file)")
+    return n
+
+
+def sample_size(n_lines: int, opts: TokenizerOptions) -> int:
+    """The sentences one model trains on (0: all of them)."""
+    if opts.input_sentence_size:
+        return opts.input_sentence_size if opts.input_sentence_size < n_lines else 0
+    return SAMPLE_PAST if n_lines > SAMPLE_PAST else 0
 
 
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
@@ -61,10 +76,14 @@ MAX_LINE_BYTES = 4192
 
 
 def _train_one(
-    lines: Iterator[str], prefix: Path, opts: TokenizerOptions, names: list[str | Path]
+    lines: Iterator[str],
+    prefix: Path,
+    opts: TokenizerOptions,
+    names: list[str | Path],
+    sample: int = 0,
 ) -> None:
     """Train one BPE model to `prefix.model` with the fixed special ids on `lines`, the text
-    of the files `names` (for messages)."""
+    of the files `names` (for messages); on a random `sample` of them when it is not 0."""
     kwargs = dict(
         sentence_iterator=lines,
         max_sentence_length=MAX_LINE_BYTES,
@@ -84,8 +103,8 @@ def _train_one(
         minloglevel=2,
         num_threads=available_cpus(),
     )
-    if opts.input_sentence_size:
-        kwargs.update(input_sentence_size=opts.input_sentence_size, shuffle_input_sentence=True)
+    if sample:
+        kwargs.update(input_sentence_size=sample, shuffle_input_sentence=True)
     spm.set_random_generator_seed(opts.seed)  # input sampling is the only randomness
     try:
         spm.SentencePieceTrainer.train(**kwargs)
@@ -111,24 +130,33 @@ def train_tokenizer(
     opts: TokenizerOptions,
     *,
     force: bool = False,
+    say: Callable[[str], None] = lambda message: None,
 ) -> Tokenizer:
     """Train BPE on the training text and write a tokenizer directory to `out` atomically.
 
     `out` may be new, empty, or an earlier tokenizer directory; anything else needs `force`.
+    A corpus past SAMPLE_PAST sentences trains on a sample (unless opts say how many), and
+    `say` is told.
     """
     out = Path(out)
     check_replaceable(out, "tokenizer", "--out", force, reads=[src, tgt])
-    for path in (src, tgt):
-        _check_text(path)
+    n_src, n_tgt = _check_text(src), _check_text(tgt)
+    counts = {"joint": n_src + n_tgt} if opts.joint else {"src": n_src, "tgt": n_tgt}
+    samples = {name: sample_size(n, opts) for name, n in counts.items()}
+    for name, n in samples.items():
+        if n:
+            which = "" if opts.joint else f" ({name})"
+            say(f"tokenizer{which}: {counts[name]:,} sentences; training on a random sample of {n:,} "
+                "(--input-sentence-size sets the number)")  # fmt: skip
     clean_leftovers(out.parent, META_FILE, out.name.__eq__)
     tmp = temp_dir_beside(out)
     try:
         if opts.joint:
-            _train_one(_iter_lines([src, tgt]), tmp / "spm", opts, [src, tgt])
+            _train_one(_iter_lines([src, tgt]), tmp / "spm", opts, [src, tgt], samples["joint"])
             meta = {"joint": True, "src_model": "spm.model", "tgt_model": "spm.model"}
         else:
-            _train_one(_iter_lines([src]), tmp / "src", opts, [src])
-            _train_one(_iter_lines([tgt]), tmp / "tgt", opts, [tgt])
+            _train_one(_iter_lines([src]), tmp / "src", opts, [src], samples["src"])
+            _train_one(_iter_lines([tgt]), tmp / "tgt", opts, [tgt], samples["tgt"])
             meta = {"joint": False, "src_model": "src.model", "tgt_model": "tgt.model"}
         for vocab in tmp.glob("*.vocab"):
             vocab.unlink()  # the .model file holds the vocabulary too

@@ -57,9 +57,13 @@ def check_store(cfg: TrainConfig) -> None:
     is on; its own tokenizer unless --tokenizer or --init brings one (train() compares hashes)."""
     manifest = read_manifest(cfg.data)
     if manifest is None:
-        raise UserError(f"--data {cfg.data}: not a token store (make one with `mtcli data binarize`)")
+        raise UserError(
+            f"--data {cfg.data}: not a token store (make one with `mtcli data binarize`)"
+        )
     if cfg.src:
-        raise UserError(f"--data {cfg.data} and --src {cfg.src} exclude each other: a run trains on one corpus")
+        raise UserError(
+            f"--data {cfg.data} and --src {cfg.src} exclude each other: a run trains on one corpus"
+        )
     filters = manifest["key"]["filters"]
     for name, flag in (("max_len", "--max-len"), ("max_ratio", "--max-ratio")):
         if filters[name] != getattr(cfg, name):

@@ -31,8 +31,8 @@ import torch
 
 from mtcli.config import TrainConfig, to_dict
 from mtcli.data.batches import Resplit, collate, epoch_batches
-from mtcli.data.token_store import TokenStore
 from mtcli.data.parallel_text import read_corpus
+from mtcli.data.token_store import TokenStore
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted
@@ -250,7 +250,9 @@ def _train_epoch(trainer: Trainer, train_set: TokenStore) -> bool:
     while pos.batch_pos + cfg.accum <= len(mine) or (
         pos.batch_pos < len(mine) and group.world == 1
     ):
-        group_of = [mine[k] for k in range(pos.batch_pos, min(pos.batch_pos + cfg.accum, len(mine)))]
+        group_of = [
+            mine[k] for k in range(pos.batch_pos, min(pos.batch_pos + cfg.accum, len(mine)))
+        ]
         loss, lr, n_tokens = trainer.step(train_set, group_of, resplit)
         trainer.log(loss, lr, n_tokens, epochs_done=pos.epoch + pos.batch_pos / max(len(mine), 1))
         if trainer.after_step():
@@ -282,7 +284,9 @@ class Trainer:
     window_tokens: float = 0.0  # target tokens since the last progress report
     window_start: float = field(default_factory=time.monotonic)
 
-    def step(self, store: TokenStore, batches: list, resplit: Resplit | None) -> tuple[float, float, int]:
+    def step(
+        self, store: TokenStore, batches: list, resplit: Resplit | None
+    ) -> tuple[float, float, int]:
         """One optimizer step over this rank's `batches` (the paper's lr schedule, clipped
         gradients); returns the loss per target token, the lr and the target tokens, of all ranks."""
         lr = lr_at(self.pos.step + 1, self.cfg, self.model.cfg.d_model)

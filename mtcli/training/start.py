@@ -47,7 +47,7 @@ from mtcli.training.reports import Message
 from mtcli.training.run_dir import RunDir, recorded_settings, resume_point
 
 
-def prepare_tokenizer(cfg: TrainConfig, group: ProcessGroup) -> Path:
+def prepare_tokenizer(cfg: TrainConfig, group: ProcessGroup, say) -> Path:
     """The tokenizer directory to use: the given one (checked with the run's inputs, by
     checks.check_inputs), or one trained now into OUT/tokenizer."""
     if cfg.tokenizer:
@@ -58,9 +58,8 @@ def prepare_tokenizer(cfg: TrainConfig, group: ProcessGroup) -> Path:
         raise UserError("a TSV corpus needs --tokenizer (train one with `mtcli tokenizer train`)")
     tok_dir = Path(cfg.out) / "tokenizer"
     if group.is_main and not (tok_dir / "tokenizer.json").is_file():
-        train_tokenizer(
-            cfg.src, cfg.tgt, tok_dir, TokenizerOptions(vocab_size=cfg.vocab_size, seed=cfg.seed)
-        )
+        options = TokenizerOptions(vocab_size=cfg.vocab_size, seed=cfg.seed)
+        train_tokenizer(cfg.src, cfg.tgt, tok_dir, options, say=lambda m: say(Message(m)))
     group.barrier()
     return tok_dir
 
@@ -76,7 +75,9 @@ def filters_of(cfg: TrainConfig) -> Filters:
     return Filters(max_len=cfg.max_len, max_ratio=cfg.max_ratio)
 
 
-def epoch_resplit(store: TokenStore, tokenizer: Tokenizer, cfg: TrainConfig, epoch: int) -> Resplit | None:
+def epoch_resplit(
+    store: TokenStore, tokenizer: Tokenizer, cfg: TrainConfig, epoch: int
+) -> Resplit | None:
     """How this epoch's batches are split into subwords: as stored, or anew by BPE-dropout.
 
     Seeded by (seed, epoch) and each batch, so a resumed run sees the same splits as an
@@ -168,8 +169,8 @@ def _dropouts(cfg: ModelConfig) -> dict:
     return {k: getattr(cfg, k) for k in ("dropout", "attention_dropout", "activation_dropout")}
 
 
-def start_new(cfg: TrainConfig, group: ProcessGroup) -> Start:
-    tok_dir = prepare_tokenizer(cfg, group)
+def start_new(cfg: TrainConfig, group: ProcessGroup, say) -> Start:
+    tok_dir = prepare_tokenizer(cfg, group, say)
     tokenizer = Tokenizer.load(tok_dir)
     return Start(Seq2Seq(build_model_config(cfg, tokenizer)), tokenizer, tok_dir)
 
@@ -195,7 +196,7 @@ def begin_run(
         return continue_run(checkpoint, cfg, say), checkpoint
     if cfg.init:
         return start_from_model(cfg), None
-    return start_new(cfg, group), None
+    return start_new(cfg, group, say), None
 
 
 def load_training_set(cfg: TrainConfig, start: Start, group: ProcessGroup, say) -> TokenStore:
@@ -230,13 +231,21 @@ def ensure_run_store(cfg: TrainConfig, tokenizer_dir: Path, say) -> None:
     are the same)."""
     out = Path(cfg.out) / "data"
     threads = max(1, cfg.threads or available_cpus())
-    request = BinarizeRequest(cfg.src, cfg.tgt, tokenizer_dir, out, filters_of(cfg), cfg.bpe_dropout > 0, threads)  # fmt: skip
+    keep_text = cfg.bpe_dropout > 0  # BPE-dropout re-splits the text
+    request = BinarizeRequest(
+        cfg.src, cfg.tgt, tokenizer_dir, out, filters_of(cfg), keep_text, threads
+    )
     started = time.monotonic()
     made, what = ensure_store(request)
     if what == "current":
         return
     if what == "changed":
-        say(Message(f"{out}: the corpus, tokenizer or filters changed since it was built; binarized again"))  # fmt: skip
+        say(
+            Message(
+                f"{out}: the corpus, tokenizer or filters changed since it was built; binarizing again"
+            )
+        )
     seconds = time.monotonic() - started
     read = made["stats"]["read"]
-    say(Message(f"binarized {read:,} pairs into {out} in {seconds:.1f} s ({read / max(seconds, 1e-9):,.0f} pairs/s)"))  # fmt: skip
+    rate = read / max(seconds, 1e-9)
+    say(Message(f"binarized {read:,} pairs into {out} in {seconds:.1f} s ({rate:,.0f} pairs/s)"))

@@ -63,7 +63,9 @@ class Language:
 
     def render(self, rng: np.random.Generator, sentence_lengths: np.ndarray) -> bytes:
         """Lines of the given numbers of words, each word followed by a space, each line by \\n."""
-        ids = np.minimum(np.searchsorted(self.cdf, rng.random(int(sentence_lengths.sum()))), len(self.cdf) - 1)
+        ids = np.minimum(
+            np.searchsorted(self.cdf, rng.random(int(sentence_lengths.sum()))), len(self.cdf) - 1
+        )
         width = self.length[ids] + 1  # the word and its separator
         starts = np.cumsum(width) - width
         owner = np.repeat(np.arange(len(ids)), width)
@@ -81,8 +83,14 @@ def make_corpus(folder: Path, n: int, chunk: int = 100_000) -> tuple[Path, Path]
     if src.is_file() and tgt.is_file():
         return src, tgt
     rng = np.random.default_rng(0)
-    en = Language(rng, ["ka", "to", "ri", "men", "sa", "lo", "pe", "in", "ur", "dro", "vy", "el", "tha"])
-    de = Language(rng, ["ge", "ba", "mu", "schi", "rof", "na", "lu", "ek", "zan", "wo", "ti", "ach"])
+    # 24 syllables a language, 1-4 a word: 346,200 possible words, 30,000 drawn
+    en = Language(
+        rng, "ka to ri men sa lo pe in ur dro vy el tha bi nu cor fe li ost ga ve quo mi an".split()
+    )
+    de = Language(
+        rng,
+        "ge ba mu schi rof na lu ek zan wo ti ach bre hu dol kei sto fra um pi ze ro ta ung".split(),
+    )
     with open(src, "wb") as fs, open(tgt, "wb") as ft:
         for start in range(0, n, chunk):
             m = min(chunk, n - start)
@@ -131,7 +139,9 @@ def measure(cmd: list[str], marks: tuple[str, ...] = (), cwd: Path = REPO) -> di
     """Run `cmd`: seconds to the first stderr line holding each mark, wall time, and the peak RSS
     (MiB) of the process and of each python process below it (torchrun's ranks)."""
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     seen: dict[str, float] = {}
     tail: list[str] = []
 
@@ -146,7 +156,11 @@ def measure(cmd: list[str], marks: tuple[str, ...] = (), cwd: Path = REPO) -> di
     reader.start()
     peaks: dict[int, dict] = {}
     while proc.poll() is None:
-        for pid in [proc.pid, *_children(proc.pid), *(g for c in _children(proc.pid) for g in _children(c))]:
+        for pid in [
+            proc.pid,
+            *_children(proc.pid),
+            *(g for c in _children(proc.pid) for g in _children(c)),
+        ]:
             if (st := _status(pid)).get("VmHWM", 0) >= peaks.get(pid, {}).get("VmHWM", 0):
                 peaks[pid] = st
         time.sleep(0.05)
@@ -189,8 +203,12 @@ def scale_rows(work: Path, sizes: list[int], baseline: Path | None) -> list[dict
         shutil.rmtree(store, ignore_errors=True)
         row = {"pairs": n, "binarize": measure(mtcli("data", "binarize", "--src", str(s), "--tgt", str(t),
                                                       "--tokenizer", str(tok), "--out", str(store)))}  # fmt: skip
-        row["store_mb"] = round(sum(f.stat().st_size for f in store.iterdir() if f.is_file()) / 2**20)
-        row["binarize"]["pairs_per_s"] = round(n / json.loads((store / "manifest.json").read_text())["seconds"])
+        row["store_mb"] = round(
+            sum(f.stat().st_size for f in store.iterdir() if f.is_file()) / 2**20
+        )
+        row["binarize"]["pairs_per_s"] = round(
+            n / json.loads((store / "manifest.json").read_text())["seconds"]
+        )
         shutil.rmtree(run, ignore_errors=True)
         common = ["train", "--data", str(store), "--log-every", "1", *MODEL]
         row["train"] = measure(mtcli(*common, "--out", str(run), "--max-steps", "3"), ("step 1 ",))
@@ -200,7 +218,18 @@ def scale_rows(work: Path, sizes: list[int], baseline: Path | None) -> list[dict
         row["torchrun_2"] = measure(torchrun(*ddp), ("step 1 ",))
         shutil.rmtree(run, ignore_errors=True)
         if baseline is not None and n <= 1_000_000:  # the text path held ~35 GB at 10M pairs
-            old = ["train", "--src", str(s), "--tgt", str(t), "--tokenizer", str(tok), "--log-every", "1", *MODEL]
+            old = [
+                "train",
+                "--src",
+                str(s),
+                "--tgt",
+                str(t),
+                "--tokenizer",
+                str(tok),
+                "--log-every",
+                "1",
+                *MODEL,
+            ]
             row["before"] = measure(mtcli(*old, "--out", str(run), "--max-steps", "3", python_path=baseline),
                                     ("step 1 ",))  # fmt: skip
             shutil.rmtree(run, ignore_errors=True)
@@ -218,8 +247,18 @@ def tokens_per_s(run: Path) -> float:
 def speed_rows(work: Path, baseline: Path | None, rounds: int = 3) -> dict:
     """First 100 steps on the real 25k Tatoeba pairs, interleaved: store, BPE-dropout, old text path."""
     data = SHARED / "tatoeba-en-zh"
-    text = ["--src", str(data / "train.en"), "--tgt", str(data / "train.zh"), "--tokenizer", str(SHIPPED)]
-    settings = {"store": (text, REPO), "store_bpe_dropout_0.1": ([*text, "--bpe-dropout", "0.1"], REPO)}
+    text = [
+        "--src",
+        str(data / "train.en"),
+        "--tgt",
+        str(data / "train.zh"),
+        "--tokenizer",
+        str(SHIPPED),
+    ]
+    settings = {
+        "store": (text, REPO),
+        "store_bpe_dropout_0.1": ([*text, "--bpe-dropout", "0.1"], REPO),
+    }
     if baseline is not None:
         settings["before_in_memory"] = (text, baseline)
     rates: dict[str, list[float]] = {k: [] for k in settings}
@@ -231,7 +270,10 @@ def speed_rows(work: Path, baseline: Path | None, rounds: int = 3) -> dict:
                         python_path=path)  # fmt: skip
             measure(cmd)
             rates[name].append(tokens_per_s(run))
-    out = {name: {"tgt_tokens_per_s": round(statistics.median(r)), "rounds": r} for name, r in rates.items()}
+    out = {
+        name: {"tgt_tokens_per_s": round(statistics.median(r)), "rounds": r}
+        for name, r in rates.items()
+    }
     base = out["store"]["tgt_tokens_per_s"]
     for name in out:
         out[name]["vs_store"] = round(out[name]["tgt_tokens_per_s"] / base, 3)
@@ -245,7 +287,9 @@ def extract_baseline(ref: str, work: Path) -> Path | None:
     dst = work / f"baseline-{ref}"
     if not dst.is_dir():
         dst.mkdir(parents=True)
-        archive = subprocess.run(["git", "archive", ref, "mtcli"], cwd=REPO, capture_output=True, check=True)
+        archive = subprocess.run(
+            ["git", "archive", ref, "mtcli"], cwd=REPO, capture_output=True, check=True
+        )
         subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
     return dst
 
@@ -253,9 +297,15 @@ def extract_baseline(ref: str, work: Path) -> Path | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="25000,1000000,10000000")
-    ap.add_argument("--work", default="", help="folder for the corpus and stores (default: a temporary one)")
-    ap.add_argument("--baseline-ref", default="e4eece0", help="mtcli before the token store ('' = no baseline)")
-    ap.add_argument("--keep", action="store_true", help="keep the work folder (the 10M corpus is ~3 GB)")
+    ap.add_argument(
+        "--work", default="", help="folder for the corpus and stores (default: a temporary one)"
+    )
+    ap.add_argument(
+        "--baseline-ref", default="e4eece0", help="mtcli before the token store ('' = no baseline)"
+    )
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the work folder (the 10M corpus is ~3 GB)"
+    )
     args = ap.parse_args()
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="mtcli-bench-data-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from mtcli.cli import main
 from mtcli.data.parallel_text import read_corpus
 from mtcli.data.token_store import (
     BinarizeRequest,
+    FileArray,
     Filters,
     encode_pairs,
     ensure_store,
@@ -62,14 +63,15 @@ def test_stored_ids_are_the_tokenizers_ids_line_by_line(tmp_path, small_corpus):
     assert what == "new" and len(store) == len(kept) == 598 == manifest["pairs"]
     assert (store.stats.empty, store.stats.too_long) == (1, 1)
     assert store.src.ids.dtype == np.uint16 and store.src.lengths.dtype == np.uint8
-    assert isinstance(store.src.ids, np.memmap)
+    assert isinstance(store.src.lengths, np.memmap) and isinstance(store.src.ids, FileArray)
     for i, (s, t) in enumerate(kept):
         assert store.src.pair(i).tolist() == tok.encode_src(s)
         assert store.tgt.pair(i).tolist() == tok.encode_tgt(t)
         assert store.src.pair_text(i) == s and store.tgt.pair_text(i) == t
     in_memory = encode_pairs(read_corpus(src, tgt), tok, Filters())
-    assert np.array_equal(in_memory.src.ids, store.src.ids)
-    assert np.array_equal(in_memory.tgt.offsets, store.tgt.offsets)
+    assert np.array_equal(in_memory.src.ids, store.src.ids[:])
+    assert np.array_equal(in_memory.tgt.offsets, store.tgt.offsets[:])
+    assert np.array_equal(in_memory.tgt.lengths, store.tgt.lengths)
 
 
 def test_a_vocabulary_past_65536_is_stored_as_uint32():

@@ -84,13 +84,11 @@ def make_corpus(folder: Path, n: int, chunk: int = 100_000) -> tuple[Path, Path]
         return src, tgt
     rng = np.random.default_rng(0)
     # 24 syllables a language, 1-4 a word: 346,200 possible words, 30,000 drawn
-    en = Language(
-        rng, "ka to ri men sa lo pe in ur dro vy el tha bi nu cor fe li ost ga ve quo mi an".split()
+    en_syllables = "ka to ri men sa lo pe in ur dro vy el tha bi nu cor fe li ost ga ve quo mi an"
+    de_syllables = (
+        "ge ba mu schi rof na lu ek zan wo ti ach bre hu dol kei sto fra um pi ze ro ta ung"
     )
-    de = Language(
-        rng,
-        "ge ba mu schi rof na lu ek zan wo ti ach bre hu dol kei sto fra um pi ze ro ta ung".split(),
-    )
+    en, de = Language(rng, en_syllables.split(" ")), Language(rng, de_syllables.split(" "))
     with open(src, "wb") as fs, open(tgt, "wb") as ft:
         for start in range(0, n, chunk):
             m = min(chunk, n - start)

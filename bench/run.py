@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark in its own process, then print one table.
 
-    python bench/run.py [--minutes 20] [--only train,decode,ct2,serve,hostile,attention,quality]
+    python bench/run.py [--minutes 20] [--only train,data,decode,ct2,serve,hostile,attention,quality]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -28,6 +28,38 @@ def _run(script: str, *args: str) -> None:
 def _load(name: str) -> dict | None:
     path = RESULTS / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def data_rows() -> list[tuple[str, str, str, str]]:
+    """bench/data.py: each corpus size's binarize, train and resume figures, then tokens/s."""
+    d = _load("data")
+    if not d:
+        return []
+    rows = []
+    for r in d["scale"]:
+        n, b, t, ddp, again = (
+            f"{r['pairs']:,} pairs",
+            r["binarize"],
+            r["train"],
+            r["torchrun_2"],
+            r["resume"],
+        )
+        rows += [
+            ("data", f"binarize {n}", "s | pairs/s | store MB",
+             f"{b['wall_s']:.1f} | {b['pairs_per_s']:,} | {r['store_mb']:,}"),
+            ("data", f"train --data, {n}", "peak RSS MB | s to step 1",
+             f"{t['peak_rss_mb']} | {t['marks_s']['step 1 ']:.1f}"),
+            ("data", f"resumed, {n}", "peak RSS MB | s to step 4",
+             f"{again['peak_rss_mb']} | {again['marks_s']['step 4 ']:.1f}"),
+            ("data", f"torchrun 2 ranks, {n}", "peak RSS MB of each", " | ".join(map(str, ddp["ranks_peak_rss_mb"]))),
+        ]  # fmt: skip
+        if before := r.get("before"):
+            rows.append(("data", f"before (text in memory), {n}", "peak RSS MB | s to step 1",
+                         f"{before['peak_rss_mb']} | {before['marks_s']['step 1 ']:.1f}"))  # fmt: skip
+    for name, s in d["speed_first_100_steps_tatoeba"].items():
+        rows.append(("data", f"first 100 steps, Tatoeba: {name}", "tgt tok/s | vs store",
+                     f"{s['tgt_tokens_per_s']:,} | {s['vs_store']:.2f}x"))  # fmt: skip
+    return rows
 
 
 def table() -> str:
@@ -63,6 +95,7 @@ def table() -> str:
             ),
             ("train", "peak RSS", "MB", str(t["peak_rss_mb"])),
         ]
+    rows += data_rows()
     if d := _load("decode"):
         for name, r in d["results"].items():
             rows.append(
@@ -191,13 +224,15 @@ def table() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
-    ap.add_argument("--only", default="train,decode,ct2,serve,hostile,attention,quality")
+    ap.add_argument("--only", default="train,data,decode,ct2,serve,hostile,attention,quality")
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
     if not args.table:
         only = set(args.only.split(","))
         if "train" in only:
             _run("train.py")
+        if "data" in only:  # 10M synthetic pairs (~3.5 GB in a temporary folder, removed after)
+            _run("data.py")
         if "decode" in only:
             _run("decode.py", "--lines", "1000")
         if "ct2" in only:

@@ -172,6 +172,7 @@ def test_binarize_command_and_train_on_the_store(tmp_path):
         ("--src", cfg.src): "exclude each other",
         ("--max-len", "20"): "binarized with --max-len 32",
         ("--bpe-dropout", "0.1"): "binarize with --keep-text",
+        ("--tokenizer", str(SHIPPED_TOKENIZER)): "binarized with another tokenizer",
     }
     for extra, message in refusals.items():
         result = CliRunner().invoke(

@@ -11,6 +11,7 @@ NAME.old) are removed by `clean_leftovers` on the next start.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -18,7 +19,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from mtcli.errors import UserError
@@ -130,6 +131,28 @@ def replace_dir(tmp: Path, dst: Path, marker: str) -> None:
     os.replace(tmp, dst)
     fsync_path(dst.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def built_aside(dst: str | Path, marker: str) -> Iterator[Path]:
+    """A directory to fill, beside `dst`, that takes `dst`'s place whole (replace_dir) when the
+    block ends, and is removed if it raises or is interrupted. What an earlier writer killed
+    mid-way left beside `dst` is cleaned first. `marker` is the file every directory of this
+    kind holds (the block writes it, last)."""
+    dst = Path(dst)
+    clean_leftovers(dst.parent, marker, dst.name.__eq__)
+    tmp = temp_dir_beside(dst)
+    try:
+        yield tmp
+        replace_dir(tmp, dst, marker)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_json(path: Path, value) -> None:
+    """A JSON file as mtcli writes its manifests: indented, UTF-8 kept, one final newline."""
+    path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def remove_dir(path: Path) -> None:

@@ -13,8 +13,6 @@ Knows nothing about models; reports progress through a callback.
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ from mtcli.data.parallel_text import read_corpus
 from mtcli.data.prepare import english_key, normalize_text
 from mtcli.data.token_store import file_digest
 from mtcli.errors import UserError
-from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
+from mtcli.files import built_aside, check_replaceable, write_json
 
 Progress = Callable[[str, int], None]  # (phase, pairs so far)
 SCRATCH = "all.tsv"
@@ -138,9 +136,7 @@ def prepare_own(
     out = Path(out)
     inputs = [p for p in (src, tgt) if p]
     check_replaceable(out, "corpus", "--out", opts.force, reads=inputs)
-    clean_leftovers(out.parent, "manifest.json", out.name.__eq__)
-    tmp = temp_dir_beside(out)
-    try:
+    with built_aside(out, "manifest.json") as tmp:
         first = first_pass(read_corpus(src, tgt or None), tmp / SCRATCH, opts, progress)
         keep = first_occurrences(first.pair_hashes)
         duplicates = int(first.kept - keep.sum())
@@ -153,13 +149,7 @@ def prepare_own(
         counts = _write_splits(tmp, keep, first.key_hashes, where, progress)
         (tmp / SCRATCH).unlink()
         manifest = _manifest(inputs, opts, counts, {**first.dropped, "duplicate": duplicates})
-        (tmp / "manifest.json").write_text(
-            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-        )
-        replace_dir(tmp, out, "manifest.json")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / "manifest.json", manifest)
     return manifest
 
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import os
 import random
 import re
-import shutil
 import time
 import unicodedata
 import urllib.error
@@ -26,13 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtcli.errors import UserError
-from mtcli.files import (
-    cache_dir,
-    check_replaceable,
-    clean_leftovers,
-    replace_dir,
-    temp_dir_beside,
-)
+from mtcli.files import built_aside, cache_dir, check_replaceable, write_json
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
@@ -430,9 +422,7 @@ def _split_tatoeba(spec: CorpusSpec, opts: PrepareOptions, raw: Path, clean):
 
 def _write_splits(out: Path, splits: dict[str, Pairs], manifest: dict) -> None:
     """Build the whole directory aside, then swap it in: a kill never mixes old and new files."""
-    clean_leftovers(out.parent, "manifest.json", out.name.__eq__)
-    tmp = temp_dir_beside(out)
-    try:
+    with built_aside(out, "manifest.json") as tmp:
         for split, p in splits.items():
             for ext, lines in (("src", p.src), ("tgt", p.tgt), ("attr", p.attr)):
                 if ext == "attr" and not any(lines):
@@ -440,10 +430,4 @@ def _write_splits(out: Path, splits: dict[str, Pairs], manifest: dict) -> None:
                 (tmp / f"{split}.{ext}").write_text(
                     "".join(line + "\n" for line in lines), encoding="utf-8"
                 )
-        (tmp / "manifest.json").write_text(
-            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-        )
-        replace_dir(tmp, out, "manifest.json")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / "manifest.json", manifest)

@@ -39,7 +39,7 @@ from mtcli.data.parallel_text import read_corpus
 from mtcli.data.textio import open_binary
 from mtcli.data.tokenizer import Tokenizer, read_meta
 from mtcli.errors import UserError
-from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
+from mtcli.files import built_aside, check_replaceable, write_json
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -375,10 +375,8 @@ def binarize(
     """Encode `lines` into a new store at req.out (built aside, renamed into place); returns
     its manifest. Streams in chunks of CHUNK_PAIRS: memory stays flat whatever the corpus."""
     tokenizer = Tokenizer.load(req.tokenizer_dir)
-    clean_leftovers(req.out.parent, MANIFEST, req.out.name.__eq__)
-    tmp = temp_dir_beside(req.out)
     started, stats = time.monotonic(), CorpusStats()
-    try:
+    with built_aside(req.out, MANIFEST) as tmp:
         writers = {s: _SideWriter(tmp, s, tokenizer, req.filters, req.keep_text) for s in SIDES}
         for chunk in chunks_of(lines, CHUNK_PAIRS):
             encoded = encode_chunk(chunk, tokenizer, req.filters, req.threads)
@@ -390,11 +388,7 @@ def binarize(
             w.close()
         _copy_tokenizer(req.tokenizer_dir, tmp / "tokenizer")
         manifest = _manifest(req, key, corpus, stats, writers, time.monotonic() - started)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-        replace_dir(tmp, req.out, MANIFEST)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / MANIFEST, manifest)
     return manifest
 
 

@@ -11,7 +11,6 @@ import hashlib
 import json
 import random
 import re
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from mtcli.config import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
 from mtcli.data.textio import read_json, read_lines
 from mtcli.device import available_cpus
 from mtcli.errors import UserError
-from mtcli.files import check_replaceable, clean_leftovers, replace_dir, temp_dir_beside
+from mtcli.files import built_aside, check_replaceable
 
 META_FILE = "tokenizer.json"
 
@@ -148,9 +147,7 @@ def train_tokenizer(
             which = "" if opts.joint else f" ({name})"
             say(f"tokenizer{which}: {counts[name]:,} sentences; training on a random sample of {n:,} "
                 "(--input-sentence-size sets the number)")  # fmt: skip
-    clean_leftovers(out.parent, META_FILE, out.name.__eq__)
-    tmp = temp_dir_beside(out)
-    try:
+    with built_aside(out, META_FILE) as tmp:
         if opts.joint:
             _train_one(_iter_lines([src, tgt]), tmp / "spm", opts, [src, tgt], samples["joint"])
             meta = {"joint": True, "src_model": "spm.model", "tgt_model": "spm.model"}
@@ -161,10 +158,6 @@ def train_tokenizer(
         for vocab in tmp.glob("*.vocab"):
             vocab.unlink()  # the .model file holds the vocabulary too
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        replace_dir(tmp, out, META_FILE)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return Tokenizer.load(out)
 
 

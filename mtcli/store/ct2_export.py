@@ -98,9 +98,7 @@ def export_ctranslate2(model_dir: Path, out: Path, *, force: bool = False) -> Pa
     spec.register_source_vocabulary([tok.src.id_to_piece(i) for i in range(tok.src_vocab_size)])
     spec.register_target_vocabulary([tok.tgt.id_to_piece(i) for i in range(tok.tgt_vocab_size)])
     spec.validate()
-    files.clean_leftovers(out.parent, MARKER, out.name.__eq__)
-    tmp = files.temp_dir_beside(out)
-    try:
+    with files.built_aside(out, MARKER) as tmp:
         spec.save(str(tmp))
         for name in Tokenizer.model_files(loaded.path):
             shutil.copyfile(loaded.path / name, tmp / name)
@@ -109,8 +107,4 @@ def export_ctranslate2(model_dir: Path, out: Path, *, force: bool = False) -> Pa
             "max_positions": loaded.model.cfg.max_positions, "exported_from": str(model_dir),
         }  # fmt: skip
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        files.replace_dir(tmp, out, MARKER)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

@@ -232,12 +232,14 @@ def clean_leftovers(
 # ---------------------------------------------------------------- what mtcli may replace
 # Each kind of directory mtcli writes, by the file that marks it and every name it may hold.
 _TOKENIZER_FILES = r"tokenizer\.json|[^/]+\.model"  # a CTranslate2 export keeps these too
+_HF_FILES = r"config\.json|model\.safetensors|(source|target)\.spm|\w+\.json|README\.md"  # a MarianMT export
 _STORE_FILES = r"(src|tgt)\.(ids|offsets|lengths|text|text_offsets)"  # a token store's arrays
 _MODEL_FILES = r"config\.json|model\.safetensors|trainer_state\.pt|README\.md"  # README: its card
 KINDS = {
     "model": ("config.json", re.compile(rf"^({_MODEL_FILES}|{_TOKENIZER_FILES})$")),
     "tokenizer": ("tokenizer.json", re.compile(rf"^({_TOKENIZER_FILES})$")),
     "ct2": ("mtcli.json", re.compile(rf"^(mtcli\.json|model\.bin|config\.json|\w+\.json|{_TOKENIZER_FILES})$")),
+    "huggingface": ("config.json", re.compile(rf"^({_HF_FILES})$")),
     "tokens": ("manifest.json", re.compile(rf"^(manifest\.json|tokenizer|{_STORE_FILES})$")),
     "corpus": ("manifest.json", re.compile(r"^(manifest\.json|(train|valid|test)\.(src|tgt|attr))$")),
 }  # fmt: skip
@@ -254,7 +256,7 @@ def is_own_dir(path: Path, kind: str) -> bool:
     marker, names = KINDS[kind]
     if not (path / marker).is_file():
         return False
-    if kind == "model" and not _json_has(path / marker, "mtcli_version"):
+    if kind in ("model", "huggingface") and not _json_has(path / marker, "mtcli_version"):
         return False
     return all(names.match(p.name) for p in path.iterdir())
 

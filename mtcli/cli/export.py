@@ -19,10 +19,11 @@ from mtcli.errors import UserError
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["mtcli", "ctranslate2"]),
+    type=click.Choice(["mtcli", "ctranslate2", "huggingface"]),
     default="mtcli",
     show_default=True,
-    help="ctranslate2: for `translate --engine ctranslate2` (pip install 'mtcli[ct2]').",
+    help="ctranslate2: for `translate --engine ctranslate2` (pip install 'mtcli[ct2]'); "
+    "huggingface: a MarianMT directory for transformers.",
 )
 def export_command(checkpoints, out, fp16, force, fmt) -> None:
     """Average one or more checkpoints into a compact model directory without trainer state.
@@ -35,22 +36,30 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
 
     # each a directory, or a shipped model's name
     paths = [find(c, "CHECKPOINT") for c in checkpoints]
-    if fmt == "ctranslate2":
-        _export_ctranslate2(paths, Path(out), force)
+    if fmt in ("ctranslate2", "huggingface"):
+        _export_converted(fmt, paths, Path(out), force)
     else:
         _export_mtcli(paths, Path(out), fp16, force)
 
 
-def _export_ctranslate2(paths: list[Path], out: Path, force: bool) -> None:
+def _export_converted(fmt: str, paths: list[Path], out: Path, force: bool) -> None:
     if len(paths) > 1:
         raise UserError(
-            "--format ctranslate2 converts one model; average first: mtcli export A B --out M"
+            f"--format {fmt} converts one model; average first: mtcli export A B --out M"
         )
-    from mtcli.store.ct2_export import export_ctranslate2
+    if fmt == "ctranslate2":
+        from mtcli.store.ct2_export import export_ctranslate2
 
-    export_ctranslate2(paths[0], out, force=force)
+        export_ctranslate2(paths[0], out, force=force)
+        console.print(
+            f"wrote {out} (CTranslate2; translate with --engine ctranslate2 -m {out})", markup=False
+        )
+        return
+    from mtcli.store.hf_export import export_huggingface
+
+    export_huggingface(paths[0], out, force=force)
     console.print(
-        f"wrote {out} (CTranslate2; translate with --engine ctranslate2 -m {out})", markup=False
+        f"wrote {out} (MarianMT: MarianMTModel.from_pretrained({str(out)!r}))", markup=False
     )
 
 

@@ -31,11 +31,6 @@ from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import load_model
 
-FILES = (
-    "config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json",
-    "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "README.md",
-)  # fmt: skip
-
 
 def check_exportable(cfg: ModelConfig, where: str) -> None:
     """What MarianMT cannot express, refused before anything is written."""

@@ -179,6 +179,16 @@ class DecodeConfig:
         if not self.sample and self.nbest > self.beam_size:
             raise ConfigError("nbest", self.nbest, f"must not exceed beam_size ({self.beam_size})")
 
+    @property
+    def rows_per_line(self) -> int:
+        """Decoder rows one line takes: its beam, or its draws when sampling."""
+        return self.nbest if self.sample else self.beam_size
+
+    @property
+    def source_tokens_per_batch(self) -> int:
+        """batch_tokens in padded source tokens alone (what CTranslate2's token batches count)."""
+        return max(1, self.batch_tokens // self.rows_per_line)
+
 
 @dataclass
 class ServeConfig:

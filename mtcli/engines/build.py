@@ -124,7 +124,6 @@ CT2_CANNOT = {  # what CTranslate2's engine cannot do, as the user asked for it
     "--align": lambda models, o: o.align,
     "--html (it gives no word alignments)": lambda models, o: o.html,
     "an ensemble (-m twice)": lambda models, o: len(models) > 1,
-    "--device cuda": lambda models, o: o.device == "cuda",
 }
 
 
@@ -146,6 +145,7 @@ def _ct2_translator(models: list, cfg: DecodeConfig, options: EngineOptions) -> 
             cfg,
             threads=options.threads,
             quantize=options.quantize,
+            device=str(options.device),
             warn=options.warn,
         )
     if not options.text_layer:

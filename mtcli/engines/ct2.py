@@ -41,6 +41,28 @@ def ct2_languages(path: Path) -> tuple[str, str]:
     return meta["src_lang"], meta["tgt_lang"]
 
 
+def _import_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError(
+            "--engine ctranslate2 needs ctranslate2: pip install 'mtcli[ct2]'"
+        ) from None
+    return ctranslate2
+
+
+def ct2_device(asked: str) -> str:
+    """CTranslate2's device for --device auto|cpu|cuda: cuda where CTranslate2 sees a GPU (auto
+    takes it too), else cpu; --device cuda without one is one line saying why."""
+    n_gpus = _import_ctranslate2().get_cuda_device_count()
+    if asked == "cuda" and n_gpus == 0:
+        raise UserError(
+            "--device cuda: CTranslate2 sees no CUDA device (no GPU here, or a ctranslate2 build "
+            "without CUDA); use --device cpu"
+        )
+    return "cuda" if asked in ("auto", "cuda") and n_gpus > 0 else "cpu"
+
+
 class CT2Translator:
     """Lines -> Translations with CTranslate2, under the same DecodeConfig as mtcli's own."""
 
@@ -51,15 +73,13 @@ class CT2Translator:
         *,
         threads: int = 0,
         quantize: str = "none",
+        device: str = "auto",
         warn: Callable[[str], None] = lambda message: None,
     ):
-        try:
-            import ctranslate2
-            import sentencepiece as spm
-        except ImportError as e:
-            raise UserError(
-                f"--engine ctranslate2 needs {e.name}: pip install 'mtcli[ct2]'"
-            ) from None
+        import sentencepiece as spm
+
+        ctranslate2 = _import_ctranslate2()
+        self.device = ct2_device(device)
         meta = check_ct2_dir(path)
         tok = json.loads((path / "tokenizer.json").read_text(encoding="utf-8"))
         self.src = spm.SentencePieceProcessor(model_file=str(path / tok["src_model"]))
@@ -71,7 +91,11 @@ class CT2Translator:
         threads = threads or available_cpus()
         compute = "int8" if quantize == "int8" else "float32"
         self.translator = ctranslate2.Translator(
-            str(path), device="cpu", compute_type=compute, inter_threads=1, intra_threads=threads
+            str(path),
+            device=self.device,
+            compute_type=compute,
+            inter_threads=1,
+            intra_threads=threads,
         )
         if cfg.sample:
             ctranslate2.set_random_seed(cfg.seed)
@@ -114,13 +138,31 @@ class CT2Translator:
         limits = [max_output_tokens(len(src), self.cfg, self.max_src_tokens) for src in sources]
         options = self._options(max(limits), [prefixes[i] for i in rows] if prefixes else None)
         outputs = self.translator.translate_batch(sources, **options)
-        for i, limit, out in zip(rows, limits, outputs, strict=True):
-            texts = [
-                (self._detokenize(hyp[:limit]), float(score))
+        for i, source, limit, out in zip(rows, sources, limits, outputs, strict=True):
+            hyps = [
+                (hyp[:limit], float(score))
                 for hyp, score in zip(out.hypotheses, out.scores, strict=True)
             ]
+            # an output that reached its line's limit ends there with </s>, as in mtcli's search:
+            # its score is what is kept's with that </s> (CTranslate2 scored the longer output,
+            # or, stopped at its own limit, one without </s>)
+            cut = [j for j, hyp in enumerate(out.hypotheses) if len(hyp) >= limit]
+            if cut:
+                rescored = self._scores(source, [hyps[j][0] for j in cut])
+                for j, score in zip(cut, rescored, strict=True):
+                    hyps[j] = (hyps[j][0], score)
+                hyps.sort(key=lambda h: -h[1])
+            texts = [(self._detokenize(hyp), score) for hyp, score in hyps]
             results[i] = Translation(lines[i], texts[0][0], texts[0][1], texts)
         return results
+
+    def _scores(self, source: list[str], kept: list[list[str]]) -> list[float]:
+        """CTranslate2's score of each kept hypothesis, ended by </s> at its line's limit as
+        mtcli's search ends it: summed log-probabilities (</s> included) / length ** penalty,
+        its own normalisation (checked: its translate scores are exactly this)."""
+        scored = self.translator.score_batch([source] * len(kept), kept)
+        alpha = self.cfg.length_penalty
+        return [sum(s.log_probs) / len(s.log_probs) ** alpha for s in scored]
 
     def _options(self, limit: int, prefixes: list[str | None] | None) -> dict:
         """translate_batch's settings, with at most `limit` output tokens."""
@@ -129,7 +171,9 @@ class CT2Translator:
             beam_size=1 if cfg.sample else cfg.beam_size, num_hypotheses=cfg.nbest,
             length_penalty=cfg.length_penalty, return_scores=True,
             max_decoding_length=limit,
-            no_repeat_ngram_size=cfg.no_repeat_ngram, max_batch_size=cfg.batch_tokens,
+            # CTranslate2 counts padded source tokens; --batch-tokens counts them x the rows of
+            # each line (beam or draws), so at beam 5 the same budget is a fifth of the tokens
+            no_repeat_ngram_size=cfg.no_repeat_ngram, max_batch_size=cfg.source_tokens_per_batch,
             batch_type="tokens",
             # mtcli never produces <pad> or <s> (decode._mask_never_generated); untrained
             # or odd models otherwise gave them here

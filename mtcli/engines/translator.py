@@ -134,7 +134,7 @@ class Translator:
     def _batches(self, lengths: list[int]) -> Iterator[list[int]]:
         """Indices sorted by length, cut so padded source tokens x rows per sentence (the beam,
         or the draws when sampling) stay under budget."""
-        per_sentence = self.cfg.nbest if self.cfg.sample else self.cfg.beam_size
+        per_sentence = self.cfg.rows_per_line
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         batch: list[int] = []
         for i in order:  # ascending: the newest sentence is the widest

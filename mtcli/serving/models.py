@@ -133,10 +133,10 @@ def mtcli_served(name: str, loaded, device) -> Served:
     )
 
 
-def ct2_served(path: Path, threads: int) -> Served:
+def ct2_served(path: Path, threads: int, device: str = "auto") -> Served:
     """A CTranslate2 export, loaded once and decoded by CTranslate2 under each request's
     settings (no alignments or attention there)."""
-    options = EngineOptions(engine="ctranslate2", threads=threads)
+    options = EngineOptions(engine="ctranslate2", threads=threads, device=device)
     loaded = build_translator([path], DecodeConfig(), replace(options, text_layer=False))
 
     def make(cfg: DecodeConfig, align: bool, html: bool = False):
@@ -157,10 +157,11 @@ def loader(
     """Checks the model directories now (one line for a bad one, before torch) and returns
     what loads them, in the background of a starting server; `ready` hears when it is done."""
     if engine == "ctranslate2":
-        from mtcli.engines.ct2 import check_ct2_dir
+        from mtcli.engines.ct2 import check_ct2_dir, ct2_device
 
         for path in paths:
             check_ct2_dir(path)
+        ct2_device(device)  # --device cuda without a GPU: one line before the server starts
     else:
         from mtcli.engines.build import check_models_early, prepare_decoding
 
@@ -169,7 +170,7 @@ def loader(
 
     def load() -> list[Served]:
         if engine == "ctranslate2":
-            served = [ct2_served(path, threads) for path in paths]
+            served = [ct2_served(path, threads, device) for path in paths]
         else:
             from mtcli.store.checkpoint import load_model
 

@@ -5,6 +5,7 @@ corrupt files, and training on a store equal to training on the text."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import itertools
 import random
 import signal
@@ -143,6 +144,21 @@ def test_a_damaged_store_is_one_line(tmp_path, small_corpus):
     ids.write_bytes(ids.read_bytes()[:-2])
     with pytest.raises(UserError, match=r"src\.ids: .* bytes, expected .*; binarize it again"):
         open_store(tmp_path / "st")
+    manifest = json.loads((tmp_path / "st" / "manifest.json").read_text())
+    manifest["key"]["filters"]["max_len"] = "128"  # hand-edited into a string
+    (tmp_path / "st" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(
+        UserError, match=r"manifest\.json: key\.filters\.max_len is missing or not int"
+    ):
+        open_store(tmp_path / "st")
+    result = CliRunner().invoke(
+        main, ["train", "--data", str(tmp_path / "st"), "--out", str(tmp_path / "run")]
+    )
+    assert result.exit_code == 2 and "key.filters.max_len is missing or not int" in result.output
+    assert (
+        ensure_store(BinarizeRequest(str(src), str(tgt), SHIPPED_TOKENIZER, tmp_path / "st"))[1]
+        == "changed"
+    )
     (tmp_path / "st" / "tgt.offsets").unlink()
     with pytest.raises(UserError, match="not a token store"):
         open_store(tmp_path)

@@ -337,7 +337,35 @@ def read_manifest(store: str | Path) -> dict | None:
         manifest = json.loads((Path(store) / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return manifest if isinstance(manifest, dict) and manifest.get("kind") == "tokens" else None
+    if not (isinstance(manifest, dict) and manifest.get("kind") == "tokens"):
+        return None
+    if wrong := _manifest_error(manifest):
+        raise UserError(f"{Path(store) / MANIFEST}: {wrong}; binarize the corpus again")
+    return manifest
+
+
+_SHAPE = {  # what a manifest of this format holds, by path: the type of each value read
+    ("format",): int, ("pairs",): int, ("key", "tokenizer_sha256"): str, ("key", "keep_text"): bool,
+    ("key", "filters", "max_len"): int, ("key", "filters", "max_ratio"): (int, float),
+    ("tokens", "src"): int, ("tokens", "tgt"): int,
+    **{("stats", k): int for k in ("read", "kept", "empty", "too_long", "bad_ratio")},
+}  # fmt: skip
+_DTYPES = {"ids": ("uint16", "uint32"), "lengths": ("uint8", "uint16")}
+
+
+def _manifest_error(manifest: dict) -> str:
+    """What is wrong with a store's manifest ("" when nothing): a field missing or of another type."""
+    for path, kind in _SHAPE.items():
+        value = manifest
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"{'.'.join(path)} is missing or not {getattr(kind, '__name__', 'a number')}"
+    for side in SIDES:
+        for name, allowed in _DTYPES.items():
+            if manifest.get("dtypes", {}).get(side, {}).get(name) not in allowed:
+                return f"dtypes.{side}.{name} is not one of {', '.join(allowed)}"
+    return ""
 
 
 def is_current(manifest: dict | None, key: dict) -> bool:
@@ -361,7 +389,10 @@ def ensure_store(req: BinarizeRequest, progress: Progress = lambda n: None) -> t
     and what happened: "current", "new", or "changed" (a store of other inputs was replaced)."""
     corpus = corpus_record([p for p in (req.src, req.tgt) if p])
     key = store_key(corpus, tokenizer_digest(req.tokenizer_dir), req.filters, req.keep_text)
-    manifest = read_manifest(req.out)
+    try:
+        manifest = read_manifest(req.out)
+    except UserError:  # a damaged manifest of a store: what a new one replaces
+        manifest = {}
     if is_current(manifest, key):
         return manifest, "current"
     made = binarize(req, read_corpus(req.src, req.tgt or None), key, corpus, progress)

@@ -5,8 +5,8 @@ corrupt files, and training on a store equal to training on the text."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import itertools
+import json
 import random
 import signal
 import subprocess

@@ -19,11 +19,11 @@ from mtcli.errors import UserError
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["mtcli", "ctranslate2", "huggingface"]),
+    type=click.Choice(["mtcli", "ctranslate2", "huggingface", "argos"]),
     default="mtcli",
     show_default=True,
     help="ctranslate2: for `translate --engine ctranslate2` (pip install 'mtcli[ct2]'); "
-    "huggingface: a MarianMT directory for transformers.",
+    "huggingface: a MarianMT directory for transformers; argos: an .argosmodel package (LibreTranslate).",
 )
 def export_command(checkpoints, out, fp16, force, fmt) -> None:
     """Average one or more checkpoints into a compact model directory without trainer state.
@@ -36,7 +36,7 @@ def export_command(checkpoints, out, fp16, force, fmt) -> None:
 
     # each a directory, or a shipped model's name
     paths = [find(c, "CHECKPOINT") for c in checkpoints]
-    if fmt in ("ctranslate2", "huggingface"):
+    if fmt in ("ctranslate2", "huggingface", "argos"):
         _export_converted(fmt, paths, Path(out), force)
     else:
         _export_mtcli(paths, Path(out), fp16, force)
@@ -53,6 +53,14 @@ def _export_converted(fmt: str, paths: list[Path], out: Path, force: bool) -> No
         export_ctranslate2(paths[0], out, force=force)
         console.print(
             f"wrote {out} (CTranslate2; translate with --engine ctranslate2 -m {out})", markup=False
+        )
+        return
+    if fmt == "argos":
+        from mtcli.store.argos_export import export_argos
+
+        export_argos(paths[0], out, force=force)
+        console.print(
+            f"wrote {out} (Argos Translate: argostranslate.package.install_from_path)", markup=False
         )
         return
     from mtcli.store.hf_export import export_huggingface

@@ -54,7 +54,7 @@ class ModelConfig:
     activation_dropout: float = 0.0  # inside the FFN, after the activation; the paper has none,
     # and on CPU its random mask over the 4x-wide hidden layer costs ~5% of a training step
     max_positions: int = 256  # longest sequence the sinusoid table covers (tokens)
-    activation: str = "relu"  # "relu" (paper) or "gelu"
+    activation: str = "relu"  # "relu" (paper), "gelu", or "swish" (x * sigmoid(x), MarianMT's)
     pre_norm: bool = False  # post-norm as in the paper; pre-norm trains more stably when deep
     share_embeddings: bool = True  # one matrix for source and target (needs a joint vocabulary)
     tie_output: bool = True  # output projection reuses the target embedding (paper, sec. 3.4)
@@ -266,7 +266,7 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "attention_dropout": PROBABILITY,
         "activation_dropout": PROBABILITY,
         "max_positions": Limit(low=2),
-        "activation": Limit(choices=("relu", "gelu")),
+        "activation": Limit(choices=("relu", "gelu", "swish")),
         "attention": Limit(choices=("dot", "additive")),
     },
     TrainConfig: {

@@ -20,6 +20,7 @@ COMMANDS = {
     "eval": "mtcli.cli.eval:eval_command",
     "data": "mtcli.cli.data:data",
     "export": "mtcli.cli.export:export_command",
+    "import": "mtcli.cli.import_model:import_group",
     "attention": "mtcli.cli.attention:attention_command",
     "models": "mtcli.cli.models:models_command",
     "serve": "mtcli.cli.serve:serve_command",

@@ -245,7 +245,7 @@ def assemble_config(config_path, flags: dict, resume: str | None, restart: bool)
 @click.option("--d-ff", type=int, help="[default: 1024]")
 @click.option("--dropout", type=float, help="[default: 0.1]")
 @click.option("--pre-norm/--post-norm", default=None, help="LayerNorm placement.  [default: post-norm]")  # fmt: skip
-@click.option("--activation", type=click.Choice(["relu", "gelu"]), help="[default: relu]")
+@click.option("--activation", type=click.Choice(["relu", "gelu", "swish"]), help="[default: relu]")
 @click.option(
     "--attention",
     type=click.Choice(["dot", "additive"]),

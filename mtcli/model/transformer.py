@@ -296,7 +296,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float):
         super().__init__()
         self.up, self.down = Linear(d_model, d_ff), Linear(d_ff, d_model)
-        self.act = nn.ReLU() if activation == "relu" else nn.GELU()
+        self.act = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}[activation]()
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:

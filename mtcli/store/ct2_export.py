@@ -46,7 +46,8 @@ def build_spec(model):
     cfg = model.cfg
     if cfg.attention != "dot":
         raise UserError("CTranslate2 has no additive attention: only --attention dot models export")
-    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                  "swish": common_spec.Activation.SWISH}  # fmt: skip
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.n_enc_layers, cfg.n_dec_layers), cfg.n_heads, pre_norm=cfg.pre_norm,
         activation=activation[cfg.activation],

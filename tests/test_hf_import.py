@@ -1,0 +1,166 @@
+"""`mtcli import huggingface`: a MarianMT directory becomes an mtcli model directory. A random
+MarianMT made here (separate vocabularies, swish) decodes greedily through mtcli as through
+transformers' generate; mtcli -> MarianMT -> mtcli gives back the same weights."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from mtcli.cli import main
+from mtcli.config import EOS_ID
+from mtcli.data.batches import pad, padding_mask
+from mtcli.data.tokenizer import TokenizerOptions, train_tokenizer
+from mtcli.decoding.search import greedy
+from mtcli.store.checkpoint import load_model
+from tests.conftest import REPO, copy_sentences, write_lines
+
+transformers = pytest.importorskip("transformers")
+SHIPPED = REPO / "models" / "en-zh-tiny"
+
+
+def _random_marian(tmp_path, **overrides):
+    """A MarianMT directory as transformers saves one, with sentencepiece models trained here
+    (one per side, mtcli's special ids) and vocab.json/target_vocab.json of their ids."""
+    src = write_lines(tmp_path / "s.txt", copy_sentences(300, seed=1))
+    tgt = write_lines(tmp_path / "t.txt", [s.upper()[::-1] for s in copy_sentences(300, seed=2)])
+    tok = train_tokenizer(
+        src,
+        tgt,
+        tmp_path / "tok",
+        TokenizerOptions(vocab_size=60, joint=False, character_coverage=1.0),
+    )
+    settings = dict(vocab_size=tok.src_vocab_size, decoder_vocab_size=tok.tgt_vocab_size,
+                    share_encoder_decoder_embeddings=False, d_model=32, encoder_layers=2, decoder_layers=2,
+                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                    activation_function="swish", max_position_embeddings=64, scale_embedding=True,
+                    init_std=0.3, pad_token_id=0, eos_token_id=EOS_ID, decoder_start_token_id=2,
+                    forced_eos_token_id=EOS_ID)  # fmt: skip
+    torch.manual_seed(0)
+    marian = transformers.MarianMTModel(
+        transformers.MarianConfig(**{**settings, **overrides})
+    ).eval()
+    out = tmp_path / "marian"
+    marian.save_pretrained(out)
+    for side, name, vocab in (
+        ("src", "source.spm", "vocab.json"),
+        ("tgt", "target.spm", "target_vocab.json"),
+    ):
+        shutil.copyfile(tmp_path / "tok" / f"{side}.model", out / name)
+        sp = tok.src if side == "src" else tok.tgt
+        (out / vocab).write_text(
+            json.dumps({sp.id_to_piece(i): i for i in range(sp.get_piece_size())})
+        )
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"separate_vocabs": True, "source_lang": "en", "target_lang": "xx"})
+    )
+    return marian, out, tok
+
+
+@pytest.mark.parametrize("start", [2, 0])
+def test_a_random_marian_decodes_the_same_through_mtcli(tmp_path, start):
+    """Separate vocabularies and swish, a decoder starting from <s> or (as OPUS-MT's) from <pad>:
+    greedy ids through mtcli equal transformers' generate on every line (each with mtcli's own
+    length limit), and log-probabilities agree to 1e-4."""
+    marian, directory, tok = _random_marian(tmp_path, decoder_start_token_id=start)
+    result = CliRunner().invoke(
+        main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "mine")]
+    )
+    assert result.exit_code == 0, result.output
+    loaded = load_model(tmp_path / "mine")
+    assert (
+        loaded.model.cfg.activation,
+        loaded.model.cfg.share_embeddings,
+        loaded.tokenizer.joint,
+    ) == ("swish", False, False)
+    lines = copy_sentences(30, seed=9)
+    same, lengths = 0, []
+    for line in lines:
+        src = pad([tok.encode_src(line) + [EOS_ID]])
+        mask = padding_mask(src)
+        ours = greedy(loaded.model.eval(), src, mask)[0].tokens
+        limit = int(1.5 * src.size(1) + 10)
+        with torch.inference_mode():
+            out = marian.generate(input_ids=src, attention_mask=mask.long(), max_new_tokens=limit + 1, num_beams=1,
+                                  do_sample=False, bad_words_ids=[[0], [2]])  # fmt: skip
+        theirs = [i for i in out[0].tolist()[1:] if i not in (0, EOS_ID)]
+        same += ours == theirs
+        lengths.append(len(ours))
+        with torch.inference_mode():
+            a = torch.log_softmax(loaded.model(src, pad([[2] + ours])), -1)
+            b = marian(
+                input_ids=src, attention_mask=mask.long(), decoder_input_ids=pad([[start] + ours])
+            ).logits
+        assert float((a - torch.log_softmax(b, -1)).abs().max()) < 1e-4
+    assert same == len(lines) and max(lengths) > 5  # and the outputs say something
+
+
+def test_export_then_import_gives_back_the_same_weights(tmp_path):
+    """The shipped model through MarianMT and back: every tensor equal; it translates as the
+    shipped model does, traced, in an ensemble with itself, and through CTranslate2."""
+    for args in (["export", "--format", "huggingface", str(SHIPPED), "--out", str(tmp_path / "hf")],
+                 ["import", "huggingface", str(tmp_path / "hf"), "--out", str(tmp_path / "back")]):  # fmt: skip
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+    a, b = (load_model(p).model.state_dict() for p in (SHIPPED, tmp_path / "back"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k].float(), b[k].float()) for k in a)
+    back = str(tmp_path / "back")
+    expected = CliRunner().invoke(main, ["translate", "-m", str(SHIPPED), "Why do we work?"]).stdout
+    for args in (
+        ["translate", "-m", back],
+        ["translate", "--trace", "-m", back],
+        ["translate", "-m", back, "-m", back],
+    ):
+        result = CliRunner().invoke(main, [*args, "Why do we work?"])
+        assert result.exit_code == 0 and result.stdout.splitlines()[0] == expected.strip(), (
+            result.output
+        )
+    assert (
+        CliRunner()
+        .invoke(main, ["export", "--format", "ctranslate2", back, "--out", str(tmp_path / "ct2")])
+        .exit_code
+        == 0
+    )
+    result = CliRunner().invoke(
+        main,
+        ["translate", "--engine", "ctranslate2", "-m", str(tmp_path / "ct2"), "Why do we work?"],
+    )
+    assert result.exit_code == 0 and result.stdout.strip() == expected.strip()
+
+
+def test_what_mtcli_cannot_take_is_refused_in_one_line(tmp_path):
+    """Unscaled embeddings, OPUS-MT's numbering (</s> 0), a nonzero final_logits_bias: one line each."""
+    _, directory, _ = _random_marian(tmp_path)
+    cases = []
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "scale_embedding": False}))
+    cases.append("scale_embedding = False: mtcli scales embeddings")
+    for message in cases:
+        result = CliRunner().invoke(
+            main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "x")]
+        )
+        assert (
+            result.exit_code == 2 and message in result.output and result.output.count("\n") == 1
+        ), result.output
+    (directory / "config.json").write_text(json.dumps(config))
+    vocab = json.loads((directory / "vocab.json").read_text())
+    vocab["</s>"], vocab["<pad>"] = 0, 3  # OPUS-MT's order
+    (directory / "vocab.json").write_text(json.dumps(vocab))
+    result = CliRunner().invoke(
+        main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "x")]
+    )
+    assert result.exit_code == 2 and "in vocab.json" in result.output, result.output
+    assert not (tmp_path / "x").exists()
+    (tmp_path / "biased").mkdir()
+    marian, directory, _ = _random_marian(tmp_path / "biased")
+    with torch.no_grad():
+        marian.final_logits_bias.fill_(0.5)
+    marian.save_pretrained(directory)
+    result = CliRunner().invoke(
+        main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "x")]
+    )
+    assert result.exit_code == 2 and "final_logits_bias is not zero" in result.output, result.output

@@ -58,6 +58,8 @@ class ModelConfig:
     pre_norm: bool = False  # post-norm as in the paper; pre-norm trains more stably when deep
     share_embeddings: bool = True  # one matrix for source and target (needs a joint vocabulary)
     tie_output: bool = True  # output projection reuses the target embedding (paper, sec. 3.4)
+    # a bias on the output logits; the paper has none, MarianMT models (final_logits_bias) do
+    output_bias: bool = False
     attention: str = "dot"  # encoder-decoder scores: "dot" (scaled dot product, the paper) or
     # "additive" (Bahdanau et al. 2015, vᵀ tanh(W_q q + W_k k)), to compare what the paper chose
 

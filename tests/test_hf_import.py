@@ -133,34 +133,97 @@ def test_export_then_import_gives_back_the_same_weights(tmp_path):
 
 
 def test_what_mtcli_cannot_take_is_refused_in_one_line(tmp_path):
-    """Unscaled embeddings, OPUS-MT's numbering (</s> 0), a nonzero final_logits_bias: one line each."""
+    """Unscaled embeddings, a LayerNorm on embeddings, stacks of two widths: one line each,
+    naming the field; --out stays absent."""
     _, directory, _ = _random_marian(tmp_path)
-    cases = []
     config = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, "scale_embedding": False}))
-    cases.append("scale_embedding = False: mtcli scales embeddings")
-    for message in cases:
+    cases = {
+        "scale_embedding": (False, "scale_embedding = False: mtcli scales embeddings"),
+        "normalize_embedding": (
+            True,
+            "normalize_embedding = True: mtcli has no LayerNorm on embeddings",
+        ),
+        "decoder_ffn_dim": (128, "decoder_ffn_dim = 128: differs from encoder_ffn_dim"),
+    }
+    for field, (value, message) in cases.items():
+        (directory / "config.json").write_text(json.dumps({**config, field: value}))
         result = CliRunner().invoke(
             main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "x")]
         )
         assert (
             result.exit_code == 2 and message in result.output and result.output.count("\n") == 1
         ), result.output
-    (directory / "config.json").write_text(json.dumps(config))
-    vocab = json.loads((directory / "vocab.json").read_text())
-    vocab["</s>"], vocab["<pad>"] = 0, 3  # OPUS-MT's order
+    assert not (tmp_path / "x").exists()
+
+
+def test_an_opus_mt_numbered_model_is_renumbered_and_decodes_the_same(tmp_path):
+    """OPUS-MT's layout: sentencepiece models numbering <unk> 0, <s> 1, </s> 2 and no <pad>, one
+    joint vocab.json over both (</s> 0, <unk> 1, <pad> last), decoding from <pad>, a nonzero
+    final_logits_bias. mtcli renumbers each model (it still splits every line into the same
+    pieces) and gathers the rows by piece: greedy outputs equal transformers' (there kept to the
+    target model's pieces, which are all mtcli offers)."""
+    import sentencepiece as spm
+
+    texts = {
+        "source": copy_sentences(300, seed=1),
+        "target": [s.upper()[::-1] for s in copy_sentences(300, seed=2)],
+    }
+    for side, lines in texts.items():
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(tmp_path / side),
+                                       vocab_size=20, model_type="bpe", character_coverage=1.0, unk_id=0,
+                                       bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)  # fmt: skip
+    sps = {
+        side: spm.SentencePieceProcessor(model_file=str(tmp_path / f"{side}.model"))
+        for side in texts
+    }
+    vocab = {"</s>": 0, "<unk>": 1}
+    for sp in sps.values():
+        for i in range(3, sp.get_piece_size()):
+            vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    pad_id = vocab["<pad>"] = len(vocab)
+    config = transformers.MarianConfig(
+        vocab_size=len(vocab), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="swish",
+        max_position_embeddings=64, scale_embedding=True, init_std=0.3, pad_token_id=pad_id, eos_token_id=0,
+        decoder_start_token_id=pad_id, forced_eos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(1)
+    marian = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        marian.final_logits_bias.normal_(0, 0.5)
+    directory = tmp_path / "opus"
+    marian.save_pretrained(directory)
+    for side in texts:
+        shutil.copyfile(tmp_path / f"{side}.model", directory / f"{side}.spm")
     (directory / "vocab.json").write_text(json.dumps(vocab))
     result = CliRunner().invoke(
-        main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "x")]
+        main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "mine")]
     )
-    assert result.exit_code == 2 and "in vocab.json" in result.output, result.output
-    assert not (tmp_path / "x").exists()
-    (tmp_path / "biased").mkdir()
-    marian, directory, _ = _random_marian(tmp_path / "biased")
-    with torch.no_grad():
-        marian.final_logits_bias.fill_(0.5)
-    marian.save_pretrained(directory)
-    result = CliRunner().invoke(
-        main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "x")]
-    )
-    assert result.exit_code == 2 and "final_logits_bias is not zero" in result.output, result.output
+    assert result.exit_code == 0, result.output
+    loaded = load_model(tmp_path / "mine")
+    ours_tok, cfg = loaded.tokenizer, loaded.model.cfg
+    assert [ours_tok.src.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert cfg.output_bias and cfg.src_vocab_size == sps["source"].get_piece_size() + 1  # + <pad>
+    allowed = {
+        vocab[sps["target"].id_to_piece(i)] for i in range(3, sps["target"].get_piece_size())
+    } | {0, 1}
+    banned = [[i] for i in range(len(vocab)) if i not in allowed]
+    same, lengths = 0, []
+    for line in copy_sentences(30, seed=9):
+        pieces = sps["source"].encode(line, out_type=str)
+        assert ours_tok.src.encode(line, out_type=str) == pieces  # the same split after renumbering
+        src = pad([ours_tok.encode_src(line) + [EOS_ID]])
+        ours = [
+            ours_tok.tgt.id_to_piece(i)
+            for i in greedy(loaded.model.eval(), src, padding_mask(src))[0].tokens
+        ]
+        marian_src = torch.tensor([[vocab.get(p, 1) for p in pieces] + [0]])
+        limit = int(1.5 * marian_src.size(1) + 10)
+        with torch.inference_mode():
+            out = marian.generate(input_ids=marian_src, max_new_tokens=limit + 1, num_beams=1, do_sample=False,
+                                  bad_words_ids=banned)  # fmt: skip
+        by_id = {i: p for p, i in vocab.items()}
+        theirs = [by_id[i] for i in out[0].tolist()[1:] if i not in (pad_id, 0)]
+        same += ours == theirs
+        lengths.append(len(ours))
+    assert same == 30 and max(lengths) > 5

@@ -384,7 +384,7 @@ class Seq2Seq(nn.Module):
         # pre-norm leaves the residual stream un-normalised, so each stack ends with a LayerNorm
         self.encoder_norm = nn.LayerNorm(D) if cfg.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(D) if cfg.pre_norm else nn.Identity()
-        self.out_proj = Linear(D, cfg.tgt_vocab_size, bias=False)
+        self.out_proj = Linear(D, cfg.tgt_vocab_size, bias=cfg.output_bias)
         self._init_weights()
         if cfg.tie_output:
             # one Parameter in two places: a Linear (not F.linear on the embedding) so that

@@ -89,6 +89,14 @@ def _pair(sd: dict, name: str, part: int, parts: int) -> tuple:
     return w[part], b[part]
 
 
+def _output_bias(model: Seq2Seq) -> torch.Tensor:
+    """(1, V): MarianMT's final_logits_bias, zeros where mtcli's output layer has no bias."""
+    bias = model.out_proj.bias
+    return (
+        torch.zeros(model.cfg.tgt_vocab_size) if bias is None else bias.detach().float()
+    ).unsqueeze(0)
+
+
 def marian_state_dict(model: Seq2Seq) -> dict[str, torch.Tensor]:
     """mtcli's weights under MarianMTModel's names, features in Marian's order (fp32)."""
     cfg, order = model.cfg, marian_order(model.cfg.d_model)
@@ -98,7 +106,7 @@ def marian_state_dict(model: Seq2Seq) -> dict[str, torch.Tensor]:
     out = {"model.shared.weight": embed, "lm_head.weight": embed,
            "model.encoder.embed_tokens.weight": embed, "model.decoder.embed_tokens.weight": embed,
            "model.encoder.embed_positions.weight": positions, "model.decoder.embed_positions.weight": positions,
-           "final_logits_bias": torch.zeros(1, cfg.tgt_vocab_size)}  # fmt: skip
+           "final_logits_bias": _output_bias(model)}  # fmt: skip
     for i in range(cfg.n_enc_layers):
         mine, theirs = f"encoder_layers.{i}", f"model.encoder.layers.{i}"
         qkv = [_pair(sd, f"{mine}.self_attn.qkv_proj", j, 3) for j in range(3)]

@@ -10,13 +10,16 @@ naming the field otherwise:
 - swish: mtcli's `swish` activation;
 - a decoder that starts from another token (OPUS-MT's start from `<pad>`): that token's
   embedding row becomes mtcli's `<s>` input row, the one mtcli's decoder starts from (mtcli never
-  feeds `<s>` elsewhere), and the output layer is untied so every output row stays Marian's
-  (the log-probabilities then agree with Marian's exactly, their normalisation included);
-- refused: a nonzero `final_logits_bias` (mtcli's output layer has no bias), `normalize_embedding`,
-  unscaled embeddings, encoder and decoder of other widths, and a vocabulary whose ids are not
-  its sentencepiece models' own ids with pad 0, unk 1, s 2, /s 3 (mtcli reads ids from the
-  sentencepiece model; OPUS-MT's number `</s>` 0 and `<pad>` last, which would need the
-  vocabulary renumbered).
+  feeds `<s>` elsewhere); where that makes the input and output rows differ, the output layer
+  is untied, so every output row stays Marian's;
+- `final_logits_bias`: mtcli's output bias;
+- a vocabulary numbered otherwise (OPUS-MT's `</s>` 0, `<unk>` 1, `<pad>` last, one joint
+  vocab.json over both sentencepiece models): mtcli reads ids from the sentencepiece model and
+  fixes `<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3, so each sentencepiece model is renumbered to
+  that (segmentation depends on the pieces and their scores, never on ids) and the embedding,
+  output and bias rows are gathered by piece; a side keeps only its own model's pieces, so
+  what Marian could emit outside the target model (a source-only piece) is not offered;
+- refused: `normalize_embedding`, unscaled embeddings, stacks of other widths.
 """
 
 from __future__ import annotations
@@ -97,35 +100,76 @@ def model_config(config: dict, where: Path) -> ModelConfig:
     )  # fmt: skip
 
 
-def check_vocabulary(vocab: dict, sp: spm.SentencePieceProcessor, where: str) -> None:
-    """vocab.json must number the pieces as the sentencepiece model does, with mtcli's specials."""
-    for i, piece in SPECIALS.items():
-        if sp.id_to_piece(i) != piece:
-            raise UserError(
-                f"{where}: id {i} is {sp.id_to_piece(i)!r}, mtcli's special ids are <pad> 0, <unk> 1, <s> 2, </s> 3 "
-                "(renumbering a vocabulary is not supported)"
-            )
-    for i in range(sp.get_piece_size()):
-        if vocab.get(sp.id_to_piece(i)) != i:
-            piece = sp.id_to_piece(i)
-            raise UserError(
-                f"{where}: piece {piece!r} is id {i} there but {vocab.get(piece)!r} in vocab.json"
-            )
+def renumbered(model: bytes) -> bytes:
+    """A sentencepiece model with mtcli's special ids: <pad> 0, <unk> 1, <s> 2, </s> 3 (made
+    where missing), every other piece after them in its own order, with its own score."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2 as pb
+    except ImportError:  # it needs protobuf
+        raise UserError(
+            "renumbering a sentencepiece model needs protobuf: pip install protobuf"
+        ) from None
+    proto = pb.ModelProto()
+    proto.ParseFromString(model)
+    Piece = pb.ModelProto.SentencePiece
+    kinds = {
+        "<pad>": Piece.CONTROL,
+        "<unk>": Piece.UNKNOWN,
+        "<s>": Piece.CONTROL,
+        "</s>": Piece.CONTROL,
+    }
+    have = {p.piece: p for p in proto.pieces}
+    first = [
+        have.get(name) or Piece(piece=name, score=0.0, type=kind) for name, kind in kinds.items()
+    ]
+    rest = [p for p in proto.pieces if p.piece not in kinds]
+    del proto.pieces[:]
+    proto.pieces.extend([*first, *rest])
+    spec = proto.trainer_spec
+    spec.pad_id, spec.unk_id, spec.bos_id, spec.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+    spec.pad_piece, spec.unk_piece, spec.bos_piece, spec.eos_piece = "<pad>", "<unk>", "<s>", "</s>"
+    return proto.SerializeToString()
 
 
-def mtcli_state_dict(weights: dict, cfg: ModelConfig, start_id: int) -> dict[str, torch.Tensor]:
-    """MarianMT's tensors under mtcli's names, features back in mtcli's interleaved order."""
+def rows_of(sp: spm.SentencePieceProcessor, vocab: dict, config: dict, where: Path) -> torch.Tensor:
+    """(V,) long: the Marian row of each id of `sp` (renumbered), found by its piece; a piece
+    vocab.json lacks takes the <unk> row, and mtcli's <pad>/<unk>/</s> take Marian's."""
+    specials = {
+        PAD_ID: config.get("pad_token_id"),
+        UNK_ID: vocab.get("<unk>"),
+        EOS_ID: config.get("eos_token_id"),
+    }
+    for i, marian in specials.items():
+        if not isinstance(marian, int) or marian < 0:
+            raise UserError(
+                f"{where}: no {SPECIALS[i]} in the vocabulary (vocab.json / config.json)"
+            )
+    rows = [vocab.get(sp.id_to_piece(i), specials[UNK_ID]) for i in range(sp.get_piece_size())]
+    for i, marian in specials.items():
+        rows[i] = marian
+    rows[BOS_ID] = vocab.get("<s>", specials[PAD_ID])  # never produced: only its input row matters
+    return torch.tensor(rows)
+
+
+def mtcli_state_dict(
+    w: dict, cfg: ModelConfig, rows: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """MarianMT's tensors under mtcli's names: vocabulary rows gathered by `rows` (src, tgt_in,
+    tgt_out), features back in mtcli's interleaved order."""
     back = torch.argsort(marian_order(cfg.d_model))  # mtcli feature i is Marian's back[i]
-    w = {k: v.float() for k, v in weights.items()}
-    get = lambda name: w[name] if name in w else w["model.shared.weight"]  # noqa: E731 (tied: stored once)
-    out = {"src_embed.weight": get("model.encoder.embed_tokens.weight")[:, back],
-           "tgt_embed.weight": get("model.decoder.embed_tokens.weight")[:, back].clone()}  # fmt: skip
-    out["tgt_embed.weight"][BOS_ID] = get("model.decoder.embed_tokens.weight")[start_id, back]
-    if cfg.share_embeddings:  # one matrix in mtcli too (the source never holds <s>)
+    enc, dec = _embeddings(w)
+    out = {
+        "src_embed.weight": enc[rows["src"]][:, back],
+        "tgt_embed.weight": dec[rows["tgt_in"]][:, back],
+    }
+    if cfg.share_embeddings:  # the same rows of one matrix
         out["src_embed.weight"] = out["tgt_embed.weight"]
-    # untied where the start row moved (see import_huggingface): the output keeps Marian's rows
-    lm_head = w.get("lm_head.weight", get("model.decoder.embed_tokens.weight"))
-    out["out_proj.weight"] = out["tgt_embed.weight"] if cfg.tie_output else lm_head[:, back]
+    lm_head = w.get("lm_head.weight", dec)
+    out["out_proj.weight"] = (
+        out["tgt_embed.weight"] if cfg.tie_output else lm_head[rows["tgt_out"]][:, back]
+    )
+    if cfg.output_bias:
+        out["out_proj.bias"] = w["final_logits_bias"][0, rows["tgt_out"]]
     for i in range(cfg.n_enc_layers):
         out |= _layer(w, f"model.encoder.layers.{i}", f"encoder_layers.{i}", back, cross=False)
     for i in range(cfg.n_dec_layers):
@@ -173,18 +217,71 @@ def _layer(w: dict, theirs: str, mine: str, back: torch.Tensor, *, cross: bool) 
     return out  # fmt: skip
 
 
-def _tokenizer_dir(src: Path, out: Path) -> None:
-    """mtcli's tokenizer directory of the MarianMT's sentencepiece models (joint when they are one)."""
-    source, target = (src / "source.spm").read_bytes(), (src / "target.spm").read_bytes()
+def _tokenizer_dir(models: dict[str, bytes], out: Path) -> None:
+    """mtcli's tokenizer directory of the (renumbered) sentencepiece models, joint when they are one."""
     out.mkdir()
-    if source == target:
-        (out / "spm.model").write_bytes(source)
+    if models["source.spm"] == models["target.spm"]:
+        (out / "spm.model").write_bytes(models["source.spm"])
         meta = {"joint": True, "src_model": "spm.model", "tgt_model": "spm.model"}
     else:
-        (out / "src.model").write_bytes(source)
-        (out / "tgt.model").write_bytes(target)
+        (out / "src.model").write_bytes(models["source.spm"])
+        (out / "tgt.model").write_bytes(models["target.spm"])
         meta = {"joint": False, "src_model": "src.model", "tgt_model": "tgt.model"}
     files.write_json(out / "tokenizer.json", meta)
+
+
+def _embeddings(w: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The encoder's and the decoder's embedding matrices (transformers stores a shared one once)."""
+    shared = w.get("model.shared.weight")
+    enc, dec = (
+        w.get("model.encoder.embed_tokens.weight", shared),
+        w.get("model.decoder.embed_tokens.weight", shared),
+    )
+    if enc is None or dec is None:
+        raise UserError("model.safetensors: no embedding matrix (model.shared.weight)")
+    return enc, dec
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return {k: v.float() for k, v in load_file(str(path)).items()}
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: unreadable ({e})") from None
+
+
+def _mapping(src: Path, config: dict, tokenizer: dict, weights: dict) -> tuple[dict, dict, dict]:
+    """The renumbered sentencepiece models, the rows each side takes, and the shape they give."""
+    vocab_files = {"source.spm": "vocab.json",
+                   "target.spm": "target_vocab.json" if tokenizer.get("separate_vocabs") else "vocab.json"}  # fmt: skip
+    models, rows = {}, {}
+    for name, vocab_file in vocab_files.items():
+        try:
+            models[name] = renumbered((src / name).read_bytes())
+            sp = spm.SentencePieceProcessor(model_proto=models[name])
+        except (OSError, RuntimeError) as e:
+            raise UserError(f"{src / name}: not a sentencepiece model ({e})") from None
+        rows[name] = rows_of(sp, _read_json(src / vocab_file), config, src / vocab_file)
+    start = config.get("decoder_start_token_id", rows["target.spm"][BOS_ID].item())
+    tgt_in = rows["target.spm"].clone()
+    tgt_in[BOS_ID] = (
+        start  # mtcli's decoder starts from <s>: its input row is Marian's start token's
+    )
+    _, dec = _embeddings(weights)
+    lm_head = weights.get("lm_head.weight")  # transformers stores a tied one once
+    tied = lm_head is None or torch.equal(lm_head, dec)
+    bias = weights.get("final_logits_bias")
+    shape = {
+        "src_vocab_size": len(rows["source.spm"]), "tgt_vocab_size": len(tgt_in),
+        "share_embeddings": bool(config.get("share_encoder_decoder_embeddings", True))
+        and models["source.spm"] == models["target.spm"] and torch.equal(rows["source.spm"], tgt_in),
+        "tie_output": bool(tied) and torch.equal(tgt_in, rows["target.spm"]),
+        "output_bias": bias is not None and bool(bias.abs().max() > 0),
+    }  # fmt: skip
+    return (
+        models,
+        {"src": rows["source.spm"], "tgt_in": tgt_in, "tgt_out": rows["target.spm"]},
+        shape,
+    )
 
 
 def import_huggingface(src: str | Path, out: str | Path, *, force: bool = False) -> Path:
@@ -193,41 +290,22 @@ def import_huggingface(src: str | Path, out: str | Path, *, force: bool = False)
     files.check_replaceable(out, "model", "--out", force, reads=[src])
     config = _read_json(src / "config.json")
     cfg = model_config(config, src / "config.json")
-    tokenizer = (
-        _read_json(src / "tokenizer_config.json")
-        if (src / "tokenizer_config.json").is_file()
-        else {}
-    )
-    vocabs = {
-        "source.spm": "vocab.json",
-        "target.spm": "target_vocab.json" if tokenizer.get("separate_vocabs") else "vocab.json",
-    }
-    for spm_file, vocab_file in vocabs.items():
-        sp = spm.SentencePieceProcessor(model_file=str(src / spm_file))
-        check_vocabulary(_read_json(src / vocab_file), sp, f"{src / spm_file}")
-    try:
-        weights = load_file(str(src / "model.safetensors"))
-    except (OSError, ValueError) as e:
-        raise UserError(f"{src / 'model.safetensors'}: unreadable ({e})") from None
-    if (bias := weights.get("final_logits_bias")) is not None and bias.abs().max() > 0:
-        raise UserError(
-            f"{src / 'model.safetensors'}: final_logits_bias is not zero; mtcli's output layer has no bias"
-        )
-    start = config.get("decoder_start_token_id", BOS_ID)
-    if (
-        start != BOS_ID
-    ):  # the start row goes into <s>'s input row; output rows stay Marian's, untied
-        cfg = dataclasses.replace(cfg, tie_output=False)
+    tok_file = src / "tokenizer_config.json"
+    tokenizer = _read_json(tok_file) if tok_file.is_file() else {}
+    weights = _weights(src / "model.safetensors")
+    models, rows, shape = _mapping(src, config, tokenizer, weights)
+    cfg = dataclasses.replace(cfg, **shape)
     model = Seq2Seq(cfg)
-    model.load_state_dict(mtcli_state_dict(weights, cfg, start))
+    model.load_state_dict(mtcli_state_dict(weights, cfg, rows))
+    langs = {
+        "src_lang": tokenizer.get("source_lang") or "en",
+        "tgt_lang": tokenizer.get("target_lang") or "zh",
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        _tokenizer_dir(src, Path(tmp) / "tokenizer")
-        langs = {
-            "src_lang": tokenizer.get("source_lang") or "en",
-            "tgt_lang": tokenizer.get("target_lang") or "zh",
-        }
-        request = SaveRequest(
-            tokenizer_dir=Path(tmp) / "tokenizer", extra={"imported_from": str(src)}, **langs
+        _tokenizer_dir(models, Path(tmp) / "tokenizer")
+        save_model(
+            model,
+            out,
+            SaveRequest(Path(tmp) / "tokenizer", extra={"imported_from": str(src)}, **langs),
         )
-        save_model(model, out, request)
     return out

@@ -227,3 +227,51 @@ def test_an_opus_mt_numbered_model_is_renumbered_and_decodes_the_same(tmp_path):
         same += ours == theirs
         lengths.append(len(ours))
     assert same == 30 and max(lengths) > 5
+
+
+def test_every_command_takes_an_imported_model(tmp_path):
+    """An imported model is an mtcli model directory: --prefix, --glossary, eval, attention,
+    serve's app and train --init all take it."""
+    from fastapi.testclient import TestClient
+
+    from mtcli.config import ServeConfig
+    from mtcli.serving.app import Models, create_app, mtcli_served
+    from tests.test_serve import _wait_ready
+
+    hf, back = tmp_path / "hf", tmp_path / "back"
+    assert (
+        CliRunner()
+        .invoke(main, ["export", "--format", "huggingface", str(SHIPPED), "--out", str(hf)])
+        .exit_code
+        == 0
+    )
+    assert (
+        CliRunner().invoke(main, ["import", "huggingface", str(hf), "--out", str(back)]).exit_code
+        == 0
+    )
+    m = ["-m", str(back)]
+    assert (
+        CliRunner()
+        .invoke(main, ["translate", *m, "--prefix", "我们", "Why do we work?"])
+        .stdout.startswith("我们")
+    )
+    (tmp_path / "terms.tsv").write_text("work\t劳动\n", encoding="utf-8")
+    glossed = CliRunner().invoke(
+        main, ["translate", *m, "--glossary", str(tmp_path / "terms.tsv"), "Why do we work?"]
+    )
+    assert "劳动" in glossed.stdout, glossed.output
+    src = write_lines(tmp_path / "s.en", ["Why do we work?", "I like cats."])
+    ref = write_lines(tmp_path / "r.zh", ["我们为什么工作？", "我喜欢猫。"])
+    scored = CliRunner().invoke(main, ["eval", *m, "--src", str(src), "--ref", str(ref), "--json"])
+    assert scored.exit_code == 0 and "BLEU" in scored.stdout, scored.output
+    assert CliRunner().invoke(main, ["attention", *m, "Why do we work?"]).exit_code == 0
+    app = create_app(Models(lambda: [mtcli_served("back", load_model(back), "cpu")]), ServeConfig())
+    with TestClient(app) as client:
+        assert _wait_ready(client)
+        answer = client.post(
+            "/translate", json={"q": "Why do we work?", "source": "en", "target": "zh"}
+        )
+        assert answer.status_code == 200 and answer.json()["translatedText"]
+    tuned = CliRunner().invoke(main, ["train", "--init", str(back), "--src", str(src), "--tgt", str(ref),
+                                      "--out", str(tmp_path / "run"), "--max-steps", "1"])  # fmt: skip
+    assert tuned.exit_code == 0, tuned.output

@@ -241,3 +241,21 @@ def test_the_batch_budget_counts_what_batch_tokens_counts():
     assert DecodeConfig(beam_size=5, batch_tokens=8000).source_tokens_per_batch == 1600
     assert DecodeConfig(sample=True, nbest=4, batch_tokens=8000).source_tokens_per_batch == 2000
     assert DecodeConfig(beam_size=1, batch_tokens=8000).source_tokens_per_batch == 8000
+
+
+@pytest.mark.skipif(not _gpus(), reason="needs a GPU that CTranslate2 sees")
+def test_device_cuda_translates_on_the_gpu(exported):
+    """--device cuda puts CTranslate2 on the GPU, and greedy outputs stay mtcli's."""
+    from mtcli.engines.ct2 import CT2Translator
+
+    lines = (TATOEBA / "test.en").read_text(encoding="utf-8").splitlines()[:50]
+    gpu = CT2Translator(exported, DecodeConfig(beam_size=1), device="cuda")
+    cpu = CT2Translator(exported, DecodeConfig(beam_size=1), threads=2, device="cpu")
+    assert gpu.device == "cuda" and gpu.translator.device == "cuda"
+    assert (
+        sum(
+            a.text == b.text
+            for a, b in zip(gpu.translate_chunk(lines), cpu.translate_chunk(lines), strict=True)
+        )
+        >= 48
+    )

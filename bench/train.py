@@ -196,26 +196,25 @@ def main() -> None:
             4,
         )
         results[name]["parameters"] = model.num_parameters()
-    torch.manual_seed(0)
-    reference = ReferenceTransformer(model_cfg)
-    results["torch_nn_transformer_fp32"] = time_training(
-        reference, corpus, batches, cfg, "fp32", args.warmup_steps
-    )
-    results["torch_nn_transformer_fp32"]["parameters"] = sum(
-        p.numel() for p in reference.parameters()
-    )
+    # the reference in each precision too: like with like (bf16 under the same bf16 autocast)
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        reference = ReferenceTransformer(model_cfg)
+        name = f"torch_nn_transformer_{precision}"
+        results[name] = time_training(reference, corpus, batches, cfg, precision, args.warmup_steps)
+        results[name]["parameters"] = sum(p.numel() for p in reference.parameters())
 
     tgt_lens = corpus.tgt_lens()
     mean_rows = sum(len(b) * int(tgt_lens[b].max()) for b in batches) / len(batches)
     peak_fp32 = matmul_peak(model_cfg, int(mean_rows), torch.float32)
     peak_bf16 = matmul_peak(model_cfg, int(mean_rows), torch.bfloat16)
-    ref = results["torch_nn_transformer_fp32"]["tgt_tokens_per_s"]
+    ref = {p: results[f"torch_nn_transformer_{p}"]["tgt_tokens_per_s"] for p in ("fp32", "bf16")}
     record = {
         "steps": args.steps,
         "threads": torch.get_num_threads(),
         "results": results,
-        "fp32_vs_reference": round(results["mtcli_fp32"]["tgt_tokens_per_s"] / ref, 3),
-        "bf16_vs_reference": round(results["mtcli_bf16"]["tgt_tokens_per_s"] / ref, 3),
+        "fp32_vs_reference_fp32": round(results["mtcli_fp32"]["tgt_tokens_per_s"] / ref["fp32"], 3),
+        "bf16_vs_reference_bf16": round(results["mtcli_bf16"]["tgt_tokens_per_s"] / ref["bf16"], 3),
         "bf16_valid_loss_change": round(
             results["mtcli_bf16"]["valid_loss"] / results["mtcli_fp32"]["valid_loss"] - 1, 4
         ),

@@ -133,8 +133,9 @@ def test_export_then_import_gives_back_the_same_weights(tmp_path):
 
 
 def test_what_mtcli_cannot_take_is_refused_in_one_line(tmp_path):
-    """Unscaled embeddings, a LayerNorm on embeddings, stacks of two widths: one line each,
-    naming the field; --out stays absent."""
+    """Unscaled embeddings, a LayerNorm on embeddings, stacks of two widths, a width as a string,
+    NaN dropout, a layer count the weights lack, a truncated safetensors file, a sentencepiece
+    model of junk: one line each, naming the field or file; --out stays absent."""
     _, directory, _ = _random_marian(tmp_path)
     config = json.loads((directory / "config.json").read_text())
     cases = {
@@ -144,15 +145,32 @@ def test_what_mtcli_cannot_take_is_refused_in_one_line(tmp_path):
             "normalize_embedding = True: mtcli has no LayerNorm on embeddings",
         ),
         "decoder_ffn_dim": (128, "decoder_ffn_dim = 128: differs from encoder_ffn_dim"),
+        "d_model": ("32", "d_model = '32': not a positive integer"),
+        "dropout": (float("nan"), "dropout = nan: must be a finite number"),
+        "encoder_layers": (3, "no tensor model.encoder.layers.2.self_attn.q_proj.weight"),
     }
-    for field, (value, message) in cases.items():
-        (directory / "config.json").write_text(json.dumps({**config, field: value}))
+
+    def refused(message: str) -> None:
         result = CliRunner().invoke(
             main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "x")]
         )
         assert (
             result.exit_code == 2 and message in result.output and result.output.count("\n") == 1
         ), result.output
+
+    for field, (value, message) in cases.items():
+        (directory / "config.json").write_text(json.dumps({**config, field: value}))
+        refused(message)
+    (directory / "config.json").write_text(json.dumps(config))
+    spm_bytes, weights = (
+        (directory / "source.spm").read_bytes(),
+        (directory / "model.safetensors").read_bytes(),
+    )
+    (directory / "source.spm").write_bytes(b"junk")
+    refused("source.spm: not a sentencepiece model")
+    (directory / "source.spm").write_bytes(spm_bytes)
+    (directory / "model.safetensors").write_bytes(weights[:1000])
+    refused("model.safetensors: unreadable")
     assert not (tmp_path / "x").exists()
 
 

@@ -25,16 +25,17 @@ naming the field otherwise:
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 from pathlib import Path
 
 import sentencepiece as spm
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from mtcli import files
-from mtcli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
+from mtcli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, ModelConfig, build
+from mtcli.data.textio import read_json
 from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import SaveRequest, save_model
@@ -45,12 +46,21 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: missing (a MarianMT directory has it)") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: invalid JSON ({e})") from None
+    """A JSON object of the directory (textio.read_json names the file of invalid JSON)."""
+    if not path.is_file():
+        raise UserError(f"{path}: missing (a MarianMT directory has it)")
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+# mtcli's field <- MarianConfig's: the sizes every MarianMT config.json has
+SIZES = {
+    "src_vocab_size": "vocab_size", "d_model": "d_model", "n_heads": "encoder_attention_heads",
+    "n_enc_layers": "encoder_layers", "n_dec_layers": "decoder_layers", "d_ff": "encoder_ffn_dim",
+    "max_positions": "max_position_embeddings",
+}  # fmt: skip
 
 
 def model_config(config: dict, where: Path) -> ModelConfig:
@@ -60,6 +70,13 @@ def model_config(config: dict, where: Path) -> ModelConfig:
         if not ok:
             raise UserError(f"{where}: {field} = {config.get(field)!r}: {why}")
 
+    for field in SIZES.values():
+        value = config.get(field)
+        need(
+            isinstance(value, int) and not isinstance(value, bool) and value > 0,
+            field,
+            "not a positive integer",
+        )
     need(config.get("model_type") == "marian", "model_type", "not a MarianMT model")
     need(
         config.get("scale_embedding") is True,
@@ -85,19 +102,17 @@ def model_config(config: dict, where: Path) -> ModelConfig:
             dec,
             f"differs from {enc}; mtcli's stacks have one shape",
         )
-    need(config.get("d_model", 1) % 2 == 0, "d_model", "an odd width has another sinusoidal table")
-    vocab = config["vocab_size"]
-    shared = config.get("share_encoder_decoder_embeddings", True)
-    return ModelConfig(
-        src_vocab_size=vocab, tgt_vocab_size=config.get("decoder_vocab_size") or vocab,
-        d_model=config["d_model"], n_heads=config["encoder_attention_heads"],
-        n_enc_layers=config["encoder_layers"], n_dec_layers=config["decoder_layers"],
-        d_ff=config["encoder_ffn_dim"], dropout=config.get("dropout", 0.1),
-        attention_dropout=config.get("attention_dropout", 0.0),
-        activation_dropout=config.get("activation_dropout", 0.0),
-        max_positions=config["max_position_embeddings"], activation=ACTIVATIONS[config["activation_function"]],
-        pre_norm=False, share_embeddings=bool(shared), tie_output=bool(config.get("tie_word_embeddings", True)),
-    )  # fmt: skip
+    need(config["d_model"] % 2 == 0, "d_model", "an odd width has another sinusoidal table")
+    shape = {mine: config[theirs] for mine, theirs in SIZES.items()}
+    shape |= {
+        "tgt_vocab_size": config.get("decoder_vocab_size") or config["vocab_size"],
+        "activation": ACTIVATIONS[config["activation_function"]], "pre_norm": False,
+        **{k: config.get(k, 0.0) for k in ("dropout", "attention_dropout", "activation_dropout")},
+    }  # fmt: skip
+    try:  # mtcli's own rules (heads dividing d_model, dropout in [0, 1), ...)
+        return build(ModelConfig, shape, lambda key: SIZES.get(key, key))
+    except ConfigError as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 def renumbered(model: bytes) -> bytes:
@@ -110,7 +125,10 @@ def renumbered(model: bytes) -> bytes:
             "renumbering a sentencepiece model needs protobuf: pip install protobuf"
         ) from None
     proto = pb.ModelProto()
-    proto.ParseFromString(model)
+    try:
+        proto.ParseFromString(model)
+    except Exception as e:  # protobuf's DecodeError, whose module differs between its versions
+        raise RuntimeError(f"unreadable ({e})") from None
     Piece = pb.ModelProto.SentencePiece
     kinds = {
         "<pad>": Piece.CONTROL,
@@ -245,7 +263,7 @@ def _embeddings(w: dict) -> tuple[torch.Tensor, torch.Tensor]:
 def _weights(path: Path) -> dict[str, torch.Tensor]:
     try:
         return {k: v.float() for k, v in load_file(str(path)).items()}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, SafetensorError) as e:
         raise UserError(f"{path}: unreadable ({e})") from None
 
 
@@ -258,6 +276,8 @@ def _mapping(src: Path, config: dict, tokenizer: dict, weights: dict) -> tuple[d
         try:
             models[name] = renumbered((src / name).read_bytes())
             sp = spm.SentencePieceProcessor(model_proto=models[name])
+        except FileNotFoundError:
+            raise UserError(f"{src / name}: missing (a MarianMT directory has it)") from None
         except (OSError, RuntimeError) as e:
             raise UserError(f"{src / name}: not a sentencepiece model ({e})") from None
         rows[name] = rows_of(sp, _read_json(src / vocab_file), config, src / vocab_file)
@@ -296,7 +316,14 @@ def import_huggingface(src: str | Path, out: str | Path, *, force: bool = False)
     models, rows, shape = _mapping(src, config, tokenizer, weights)
     cfg = dataclasses.replace(cfg, **shape)
     model = Seq2Seq(cfg)
-    model.load_state_dict(mtcli_state_dict(weights, cfg, rows))
+    try:
+        model.load_state_dict(mtcli_state_dict(weights, cfg, rows))
+    except KeyError as e:
+        raise UserError(
+            f"{src / 'model.safetensors'}: no tensor {e.args[0]}, which config.json's shape has"
+        ) from None
+    except (RuntimeError, IndexError) as e:  # a tensor of another shape than config.json says
+        raise UserError(f"{src / 'model.safetensors'}: {str(e).splitlines()[0][:200]}") from None
     langs = {
         "src_lang": tokenizer.get("source_lang") or "en",
         "tgt_lang": tokenizer.get("target_lang") or "zh",

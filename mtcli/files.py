@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import re
@@ -25,6 +26,16 @@ from pathlib import Path
 from mtcli.errors import UserError
 
 _TEMP = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)-[^.]+$")
+
+
+# ---------------------------------------------------------------- contents
+def sha256_of(path: str | Path) -> str:
+    """sha256 of a file, read in 4 MiB blocks (a corpus of gigabytes is never held in memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------- durability

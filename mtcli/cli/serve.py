@@ -21,6 +21,13 @@ def _limit(name: str, default: int, help: str, low: int = 1):
     )
 
 
+def _duration(name: str, default: float, help: str, low: float = 0.1, high: float = 3600):
+    """A server time limit (seconds, or milliseconds where the flag says): finite, in [low, high]."""
+    return click.option(
+        name, default=default, show_default=True, type=FiniteRange(low, high), help=help
+    )
+
+
 def _model_paths(models: tuple[str, ...]):
     """-m NAME|DIR (repeatable); without -m, every shipped model."""
     from mtcli.store import registry
@@ -49,12 +56,8 @@ def _model_paths(models: tuple[str, ...]):
     help="Address to listen on (0.0.0.0: every interface).",
 )
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-@click.option(
-    "--batch-wait-ms",
-    default=SERVE.batch_wait_ms,
-    show_default=True,
-    type=FiniteRange(0, 1000),
-    help="How long a batch waits for more requests.",
+@_duration(
+    "--batch-wait-ms", SERVE.batch_wait_ms, "Milliseconds a batch waits for more requests.", 0, 1000
 )
 @_limit("--max-batch-tokens", SERVE.batch_tokens, "Source tokens gathered into one batch.")
 @_limit("--max-chars", SERVE.max_chars, "Characters in one line.")
@@ -72,20 +75,10 @@ def _model_paths(models: tuple[str, ...]):
     SERVE.max_connections,
     "Connections held; beyond, the stalest unfinished goes.",
 )
-@click.option(
-    "--request-timeout",
-    default=SERVE.request_timeout,
-    show_default=True,
-    type=FiniteRange(0.1, 3600),
-    help="Seconds a request's headers and body may take.",
+@_duration(
+    "--request-timeout", SERVE.request_timeout, "Seconds a request's headers and body may take."
 )
-@click.option(
-    "--keep-alive",
-    default=SERVE.keep_alive,
-    show_default=True,
-    type=FiniteRange(0.1, 3600),
-    help="Seconds an idle connection stays open.",
-)
+@_duration("--keep-alive", SERVE.keep_alive, "Seconds an idle connection stays open.")
 @_limit("--max-request-tokens", SERVE.request_tokens, "Source tokens of one request's lines together.")  # fmt: skip
 @click.option(
     "--api-key",

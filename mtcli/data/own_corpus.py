@@ -22,9 +22,8 @@ import numpy as np
 
 from mtcli.data.parallel_text import read_corpus
 from mtcli.data.prepare import english_key, normalize_text
-from mtcli.data.token_store import file_digest
 from mtcli.errors import UserError
-from mtcli.files import built_aside, check_replaceable, write_json
+from mtcli.files import built_aside, check_replaceable, sha256_of, write_json
 
 Progress = Callable[[str, int], None]  # (phase, pairs so far)
 SCRATCH = "all.tsv"
@@ -184,7 +183,7 @@ def _manifest(inputs: list[str], opts: OwnCorpusOptions, counts: dict, dropped: 
         "tgt_lang": opts.tgt_lang,
         "counts": counts,
         "dropped": dropped,
-        "inputs": [{"path": str(p), "sha256": file_digest(p)} for p in inputs],
+        "inputs": [{"path": str(p), "sha256": sha256_of(p)} for p in inputs],
         "options": {
             k: getattr(opts, k)
             for k in ("zh_script", "unicode_form", "seed", "max_chars", "max_ratio")

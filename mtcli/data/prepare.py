@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtcli.errors import UserError
-from mtcli.files import built_aside, cache_dir, check_replaceable, write_json
+from mtcli.files import built_aside, cache_dir, check_replaceable, sha256_of, write_json
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
@@ -96,14 +96,6 @@ CORPORA = {c.name: c for c in (TATOEBA, MULTI30K)}
 
 
 # ---------------------------------------------------------------- download
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def download(
     url: str,
     dest: Path,

@@ -39,7 +39,7 @@ from mtcli.data.parallel_text import read_corpus
 from mtcli.data.textio import open_binary
 from mtcli.data.tokenizer import Tokenizer, read_meta
 from mtcli.errors import UserError
-from mtcli.files import built_aside, check_replaceable, write_json
+from mtcli.files import built_aside, check_replaceable, sha256_of, write_json
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -202,13 +202,23 @@ def encode_pairs(
 ) -> TokenStore:
     """A store in memory (a validation set, a test's corpus): the same filter as `binarize`."""
     writers = {side: _SideWriter(None, side, tokenizer, filters, keep_text) for side in SIDES}
+    stats = _encode_into(writers, lines, tokenizer, filters)
+    return TokenStore(*(writers[side].in_memory() for side in SIDES), stats=stats)
+
+
+def _encode_into(
+    writers: dict, lines, tokenizer: Tokenizer, filters: Filters, threads: int = 1,
+    progress: Progress = lambda n: None,
+) -> CorpusStats:  # fmt: skip
+    """Encode and filter `lines` chunk by chunk into each side's writer; what was kept and dropped."""
     stats = CorpusStats()
     for chunk in chunks_of(lines, CHUNK_PAIRS):
-        encoded = encode_chunk(chunk, tokenizer, filters)
+        encoded = encode_chunk(chunk, tokenizer, filters, threads)
         stats.add(encoded.stats)
         for side in SIDES:
             writers[side].add(encoded.ids[side], encoded.texts[side])
-    return TokenStore(*(writers[side].in_memory() for side in SIDES), stats=stats)
+        progress(stats.read)
+    return stats
 
 
 class _SideWriter:
@@ -272,22 +282,13 @@ class _SideWriter:
 
 
 # ---------------------------------------------------------------- hashes: what a store is of
-def file_digest(path: str | Path) -> str:
-    """sha256 of a file, read in 4 MiB blocks (a corpus of gigabytes is not held in memory)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
-
 def tokenizer_digest(directory: str | Path) -> str:
     """sha256 over a tokenizer directory's description and model files, in a fixed order."""
     directory = Path(directory)
     meta = read_meta(directory)
     h = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
     for name in sorted({meta["src_model"], meta["tgt_model"]}):
-        h.update(file_digest(directory / name).encode())
+        h.update(sha256_of(directory / name).encode())
     return h.hexdigest()
 
 
@@ -301,7 +302,7 @@ def corpus_record(paths: list[str]) -> list[dict]:
                 "path": str(p),
                 "size": st.st_size,
                 "mtime_ns": st.st_mtime_ns,
-                "sha256": file_digest(p),
+                "sha256": sha256_of(p),
             }
         )
     return out
@@ -406,15 +407,10 @@ def binarize(
     """Encode `lines` into a new store at req.out (built aside, renamed into place); returns
     its manifest. Streams in chunks of CHUNK_PAIRS: memory stays flat whatever the corpus."""
     tokenizer = Tokenizer.load(req.tokenizer_dir)
-    started, stats = time.monotonic(), CorpusStats()
+    started = time.monotonic()
     with built_aside(req.out, MANIFEST) as tmp:
         writers = {s: _SideWriter(tmp, s, tokenizer, req.filters, req.keep_text) for s in SIDES}
-        for chunk in chunks_of(lines, CHUNK_PAIRS):
-            encoded = encode_chunk(chunk, tokenizer, req.filters, req.threads)
-            stats.add(encoded.stats)
-            for side in SIDES:
-                writers[side].add(encoded.ids[side], encoded.texts[side])
-            progress(stats.read)
+        stats = _encode_into(writers, lines, tokenizer, req.filters, req.threads, progress)
         for w in writers.values():
             w.close()
         _copy_tokenizer(req.tokenizer_dir, tmp / "tokenizer")

@@ -7,7 +7,6 @@ The special ids are fixed here, once, and every other module imports them.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
@@ -159,10 +158,6 @@ def train_tokenizer(
             vocab.unlink()  # the .model file holds the vocabulary too
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     return Tokenizer.load(out)
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 class Tokenizer:

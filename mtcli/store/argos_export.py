@@ -20,6 +20,7 @@ from mtcli import __version__, files
 from mtcli.data.tokenizer import read_meta
 from mtcli.errors import UserError
 from mtcli.store.ct2_export import export_ctranslate2
+from mtcli.store.model_dir import read_config
 
 PACKAGE_VERSION = "1.0"
 ARGOS_VERSION = (
@@ -79,7 +80,7 @@ def export_argos(model_dir: str | Path, out: str | Path, *, force: bool = False)
 
 
 def _codes(model_dir: Path) -> str:
-    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    config = read_config(model_dir)
     return f"{config.get('src_lang', 'src')}_{config.get('tgt_lang', 'tgt')}"
 
 

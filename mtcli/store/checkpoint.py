@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from mtcli import __version__, files
 from mtcli.config import ModelConfig, to_dict
-from mtcli.data.tokenizer import Tokenizer, file_sha256
+from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.model_dir import (
@@ -101,7 +101,7 @@ def write_model_dir(model: Seq2Seq, tmp: Path, request: SaveRequest) -> None:
         "model": to_dict(model.cfg),
         "src_lang": request.src_lang,
         "tgt_lang": request.tgt_lang,
-        "tokenizer": {name: file_sha256(tmp / name) for name in tok_files},
+        "tokenizer": {name: files.sha256_of(tmp / name) for name in tok_files},
         **request.extra,
     }
     (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")

@@ -18,7 +18,6 @@ attention, and separate source/target vocabularies or untied output projections.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from safetensors.torch import save_file
 
 from mtcli import __version__, files
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ModelConfig
+from mtcli.data.tokenizer import read_meta
 from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import load_model
@@ -161,7 +161,7 @@ def _tokenizer_files(loaded, tmp: Path) -> None:
     """source.spm/target.spm (the joint sentencepiece model twice), vocab.json (piece -> id, mtcli's
     ids), and the tokenizer's settings."""
     tok = loaded.tokenizer
-    spm_file = loaded.path / json.loads((loaded.path / "tokenizer.json").read_text())["src_model"]
+    spm_file = loaded.path / read_meta(loaded.path)["src_model"]
     for name in ("source.spm", "target.spm"):
         shutil.copyfile(spm_file, tmp / name)
     vocab = {tok.src.id_to_piece(i): i for i in range(tok.src_vocab_size)}

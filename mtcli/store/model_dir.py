@@ -16,7 +16,7 @@ from pathlib import Path
 from mtcli import files
 from mtcli.config import ConfigError, ModelConfig, build
 from mtcli.data.textio import read_json
-from mtcli.data.tokenizer import Tokenizer, file_sha256
+from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
 
 FORMAT = 1
@@ -107,7 +107,7 @@ def check_tokenizer(path: Path, config: dict, tokenizer: Tokenizer, model_cfg: M
     if not isinstance(recorded, dict):
         raise UserError(f"{path / CONFIG_FILE}: tokenizer must be a table of file hashes")
     for name, digest in recorded.items():
-        if not (path / name).is_file() or file_sha256(path / name) != digest:
+        if not (path / name).is_file() or files.sha256_of(path / name) != digest:
             raise UserError(
                 f"{path / name}: tokenizer file does not match the one recorded in {CONFIG_FILE}"
             )

@@ -485,21 +485,17 @@ def _accumulate(
     padded = [collate(store, indices, resplit) for indices in batches]
     n_tokens = int(group.sum(sum(b.n_tgt_tokens for b in padded)))
     loss_sum = 0.0
+    defer_sync = getattr(net, "no_sync", None)  # DDP's; a bare model has nothing to reduce
     for j, batch in enumerate(padded):
         batch = batch.to(group.device)
         last = j == len(padded) - 1
-        with contextlib.nullcontext() if last or net is _unwrapped(net) else net.no_sync():
+        with contextlib.nullcontext() if last or defer_sync is None else defer_sync():
             with precision.autocast():
                 logits = net(batch.src_ids, batch.tgt_in)  # (B, T, V)
             loss = smoothed_loss(logits, batch.tgt_out, cfg.label_smoothing)
             precision.backward(loss * group.world / max(n_tokens, 1))
         loss_sum += loss.item()
     return group.sum(loss_sum), n_tokens
-
-
-def _unwrapped(net: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a DistributedDataParallel wrapper (the model itself when unwrapped)."""
-    return getattr(net, "module", net)
 
 
 def _fraction_done(cfg: TrainConfig, pos: Position, epochs_done: float) -> float | None:

@@ -7,7 +7,9 @@ Decode times: each engine and setting in a fresh process of its own, which trans
 Tatoeba test lines after a warm-up and reports the time of that pass alone (no start-up);
 settings and engines are interleaved over `rounds` and each keeps its fastest round.
 Start-up: the whole `mtcli translate "Why do we work?"` process, beside `python -c "import
-torch"`. Peak RSS: the median over the rounds of those same processes' peaks. Writes
+torch"`. Peak RSS: the median over the rounds of those same processes' peaks; import RSS,
+the median of their RSS once their imports are done (before the model loads); run RSS, the
+peak minus the import RSS. Writes
 bench/results/ct2.json.
 """
 
@@ -40,8 +42,13 @@ engine, model, beam, int8, threads, src = sys.argv[1:7]
 lines = Path(src).read_text(encoding="utf-8").splitlines()
 from mtcli.config import DecodeConfig
 cfg = DecodeConfig(beam_size=int(beam))
+def rss_mb(field):
+    line = [l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith(field)]
+    return int(line[0].split()[1]) / 1024
 if engine == "ctranslate2":
+    import ctranslate2, sentencepiece
     from mtcli.engines.ct2 import CT2Translator
+    imported = rss_mb("VmRSS:")  # the engine's imports, before the model
     t = CT2Translator(Path(model), cfg, threads=int(threads), quantize="int8" if int8 == "1" else "none")
 else:
     import torch
@@ -51,6 +58,7 @@ else:
     keep_freed_memory()
     from mtcli.store.checkpoint import load_model
     from mtcli.engines.translator import Translator, quantize_int8
+    imported = rss_mb("VmRSS:")
     loaded = load_model(model)
     net = quantize_int8(loaded.model) if int8 == "1" else loaded.model
     del loaded.model
@@ -61,8 +69,7 @@ for chunk in range(0, len(lines), 1000):
     t.translate_chunk(lines[chunk:chunk + 1000])
 took = time.perf_counter() - start
 # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report its parent's
-hwm = [l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:")]
-print(took, int(hwm[0].split()[1]) / 1024)
+print(took, rss_mb("VmHWM:"), imported)
 """
 
 
@@ -71,14 +78,15 @@ def engine_args(engine: str, model: Path, name: str, threads: int, src: Path) ->
     return [engine, str(model), str(beam), str(int(int8)), str(threads), str(src)]
 
 
-def run_engine(args: list[str]) -> tuple[float, float]:
-    """(decode seconds, peak RSS in MB) of one fresh process running ENGINE_SCRIPT."""
+def run_engine(args: list[str]) -> tuple[float, float, float]:
+    """(decode seconds, peak RSS, RSS after its imports, in MB) of one fresh process running
+    ENGINE_SCRIPT."""
     out = subprocess.run(
         [sys.executable, "-c", ENGINE_SCRIPT, *args],
         check=True, capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
-    seconds, mb = out.stdout.strip().splitlines()[-1].split()
-    return float(seconds), float(mb)
+    seconds, mb, imported = out.stdout.strip().splitlines()[-1].split()
+    return float(seconds), float(mb), float(imported)
 
 
 def startup(args: list[str], repeats: int = 3) -> float:
@@ -108,12 +116,14 @@ def main() -> None:
     models = {"mtcli": SHIPPED, "ctranslate2": exported}
     times: dict[tuple[str, str], list[float]] = {}
     peaks: dict[tuple[str, str], list[float]] = {}
+    imports: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for name in SETTINGS:
             for engine, model in models.items():
-                took, mb = run_engine(engine_args(engine, model, name, args.threads, src))
+                took, mb, imported = run_engine(engine_args(engine, model, name, args.threads, src))
                 times.setdefault((engine, name), []).append(took)
                 peaks.setdefault((engine, name), []).append(mb)
+                imports.setdefault((engine, name), []).append(imported)
     best = {key: min(values) for key, values in times.items()}
     decode = {
         name: {
@@ -152,6 +162,14 @@ def main() -> None:
         for engine in models
         for name in ("beam5_fp32", "beam5_int8")
     }
+    # what the run itself holds: the peak minus the process's RSS once its imports are done
+    # (torch and mtcli; ctranslate2, sentencepiece and mtcli's CT2 engine)
+    imported = {
+        f"{engine}_{name}_mb": round(statistics.median(imports[engine, name]))
+        for engine in models
+        for name in ("beam5_fp32", "beam5_int8")
+    }
+    run = {key: rss[key] - imported[key] for key in rss}
     record = {
         "lines": len(lines),
         "threads": args.threads,
@@ -161,6 +179,8 @@ def main() -> None:
             "mtcli_minus_import_torch_s": round(start["mtcli_s"] - start["import_torch_s"], 3),
         },  # fmt: skip
         "peak_rss": rss,
+        "import_rss": imported,
+        "run_rss": run,
     }
     write_result("ct2", record)
     print(json.dumps(record, indent=2))

@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark in its own process, then print one table.
 
-    python bench/run.py [--minutes 20] [--only train,data,decode,ct2,serve,hostile,attention,quality]
+    python bench/run.py [--minutes 20] [--only train,data,decode,ct2,distill,serve,hostile,attention,quality]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -59,6 +59,24 @@ def data_rows() -> list[tuple[str, str, str, str]]:
     for name, s in d["speed_first_100_steps_tatoeba"].items():
         rows.append(("data", f"first 100 steps, Tatoeba: {name}", "tgt tok/s | vs store",
                      f"{s['tgt_tokens_per_s']:,} | {s['vs_store']:.2f}x"))  # fmt: skip
+    return rows
+
+
+def distill_rows() -> list[tuple[str, str, str, str]]:
+    """bench/distill.py: each direction's teacher and student, whole processes."""
+    d = _load("distill")
+    if not d:
+        return []
+    rows = []
+    for direction, pair in d["directions"].items():
+        for name, r in pair["rows"].items():
+            speed, bleu = (
+                f"{r['speed_vs_teacher']:.2f}x",
+                f"{r['bleu']:.2f} ({r['bleu_vs_teacher']:+.2f})",
+            )
+            value = f"{r['seconds']:.2f} | {speed} | {bleu} | {r['chrf2']:.2f}"
+            what = "s | speed | BLEU (vs teacher) | chrF2"
+            rows.append(("distill", f"{direction} {name}", what, value))
     return rows
 
 
@@ -139,6 +157,19 @@ def table() -> str:
             )
         )
         rss = c["peak_rss"]
+        if run := c.get("run_rss"):  # the peak minus each process's RSS after its imports
+            rows.append(
+                (
+                    "ct2",
+                    "peak RSS - import RSS, beam 5",
+                    "mtcli fp32 | int8 | CT2 fp32 | int8 MB",
+                    " | ".join(
+                        str(run[f"{e}_beam5_{p}_mb"])
+                        for e in ("mtcli", "ctranslate2")
+                        for p in ("fp32", "int8")
+                    ),
+                )
+            )
         rows.append(
             (
                 "ct2",
@@ -151,6 +182,7 @@ def table() -> str:
                 ),
             )
         )
+    rows += distill_rows()
     if sv := _load("serve"):
         for name, r in sv["results"].items():
             value = (
@@ -229,7 +261,9 @@ def table() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
-    ap.add_argument("--only", default="train,data,decode,ct2,serve,hostile,attention,quality")
+    ap.add_argument(
+        "--only", default="train,data,decode,ct2,distill,serve,hostile,attention,quality"
+    )
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
     if not args.table:
@@ -242,6 +276,8 @@ def main() -> None:
             _run("decode.py", "--lines", "1000")
         if "ct2" in only:
             _run("ct2.py")
+        if "distill" in only:  # the shipped students beside their teachers
+            _run("distill.py")
         if "serve" in only:
             _run("serve.py")
         if "hostile" in only:  # distinct settings on both engines, then the 10-minute soak

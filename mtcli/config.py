@@ -176,10 +176,22 @@ class DecodeConfig:
     top_k: int = 0  # sampling: only the k most probable tokens; 0 = all
     top_p: float = 1.0  # sampling: only the smallest set holding this much probability
     seed: int = 0  # sampling: the same seed draws the same outputs
+    # the fields a model's own generation defaults may set (GENERATION_FIELDS no flag or request
+    # named; build_decode_config fills it): a DecodeConfig built in code means what it says
+    from_model: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.sample and self.nbest > self.beam_size:
             raise ConfigError("nbest", self.nbest, f"must not exceed beam_size ({self.beam_size})")
+
+    def with_generation(self, generation: dict) -> DecodeConfig:
+        """These settings with a model's recommended ones (config.json "generation") where
+        `from_model` lets them in; a beam narrower than the asked --nbest widens to it."""
+        taken = {k: v for k, v in generation.items() if k in self.from_model}
+        if not taken:
+            return self
+        beam = max(taken.get("beam_size", self.beam_size), 1 if self.sample else self.nbest)
+        return dataclasses.replace(self, **{**taken, "beam_size": beam}, from_model=())
 
     @property
     def rows_per_line(self) -> int:
@@ -190,6 +202,30 @@ class DecodeConfig:
     def source_tokens_per_batch(self) -> int:
         """batch_tokens in padded source tokens alone (what CTranslate2's token batches count)."""
         return max(1, self.batch_tokens // self.rows_per_line)
+
+
+@dataclass
+class DistillConfig:
+    """Sequence-level knowledge distillation (Kim & Rush 2016; the flags of `mtcli distill`).
+    The student's shape and training settings are a TrainConfig of their own (--config)."""
+
+    teacher: str = ""  # the model whose translations the student learns from
+    src: str = ""  # the corpus's sources; the teacher writes the targets (no references needed)
+    out: str = "runs/distill"  # OUT/teacher, OUT/init, OUT/student, OUT/model
+    # the teacher's search: Kim & Rush train on its beam output (greedy outputs are noisier)
+    beam_size: int = 5
+    teacher_engine: str = "mtcli"  # or "ctranslate2": the teacher exported into OUT and run there
+    # share of pairs left out, those with the teacher's lowest scores (its length-normalised
+    # log-probability): its least confident translations (0 = keep all, as Kim & Rush)
+    drop_worst: float = 0.0
+    average: int = 3  # the student's last checkpoints averaged into OUT/model
+    student_beam: int = 1  # the beam written as the student's default: students decode greedily
+    fp16: bool = True  # the exported student's weights in half precision
+
+
+# What a model directory may recommend for its own decoding, in its config.json "generation"
+# (as Hugging Face's generation_config.json): a distilled student is decoded greedily
+GENERATION_FIELDS = ("beam_size", "length_penalty")
 
 
 @dataclass
@@ -297,6 +333,13 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "device": Limit(choices=("auto", "cpu", "cuda")),
         "precision": Limit(choices=("fp32", "bf16")),
         "threads": THREADS,
+    },
+    DistillConfig: {
+        "beam_size": ROWS_PER_LINE,
+        "teacher_engine": Limit(choices=("mtcli", "ctranslate2")),
+        "drop_worst": PROBABILITY,
+        "average": AT_LEAST_1,
+        "student_beam": ROWS_PER_LINE,
     },
     DecodeConfig: {
         "beam_size": ROWS_PER_LINE,

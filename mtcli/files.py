@@ -252,6 +252,7 @@ KINDS = {
     "ct2": ("mtcli.json", re.compile(rf"^(mtcli\.json|model\.bin|config\.json|\w+\.json|{_TOKENIZER_FILES})$")),
     "huggingface": ("config.json", re.compile(rf"^({_HF_FILES})$")),
     "tokens": ("manifest.json", re.compile(rf"^(manifest\.json|tokenizer|{_STORE_FILES})$")),
+    "distill": ("distill.json", re.compile(r"^(distill\.json|teacher|init|student|model)$")),
     "corpus": ("manifest.json", re.compile(r"^(manifest\.json|(train|valid|test)\.(src|tgt|attr))$")),
 }  # fmt: skip
 

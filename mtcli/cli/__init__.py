@@ -23,6 +23,7 @@ COMMANDS = {
     "import": "mtcli.cli.import_model:import_group",
     "attention": "mtcli.cli.attention:attention_command",
     "models": "mtcli.cli.models:models_command",
+    "distill": "mtcli.cli.distill:distill_command",
     "serve": "mtcli.cli.serve:serve_command",
 }
 

@@ -5,10 +5,11 @@ refuse what click lets through (text that is not UTF-8, NaN). Imports no torch.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import click
 
-from mtcli.config import THREADS, DecodeConfig
+from mtcli.config import GENERATION_FIELDS, THREADS, DecodeConfig
 from mtcli.data.textio import invalid_utf8_at
 from mtcli.settings import Layer, build_from_layers, flag
 
@@ -46,10 +47,17 @@ def decode_options(func):
         names = [name, short] if short else [name]
         return click.option(*names, type=kind, default=default, show_default=True, help=help)
 
+    def model_may_set(name: str, kind, default, help: str, short: str | None = None):
+        """A flag whose default is the model's own recommendation when it has one (None here:
+        unset, so build_decode_config can tell the model may choose)."""
+        names = [name, short] if short else [name]
+        shown = f"{default}, or the model's own"
+        return click.option(*names, type=kind, default=None, show_default=shown, help=help)
+
     options = [
-        number("--beam-size", int, d.beam_size, "Beam width; 1 = greedy.", short="-b"),
+        model_may_set("--beam-size", int, d.beam_size, "Beam width; 1 = greedy.", short="-b"),
         click.option("--greedy", is_flag=True, help="Greedy search (same as --beam-size 1)."),
-        number("--length-penalty", float, d.length_penalty, "GNMT alpha; 0 = none."),
+        model_may_set("--length-penalty", float, d.length_penalty, "GNMT alpha; 0 = none."),
         number("--max-len-a", float, d.max_len_a, "Max output = a * source tokens + b."),
         number("--max-len-b", int, d.max_len_b),
         number("--nbest", int, d.nbest, "Hypotheses kept per line (jsonl shows all)."),
@@ -76,9 +84,11 @@ def engine_option(what: str):
 
 
 def build_decode_config(greedy: bool = False, **flags) -> DecodeConfig:
-    """DecodeConfig from the decoding flags, each value checked (named by its flag)."""
+    """DecodeConfig from the decoding flags, each value checked (named by its flag); what no
+    flag set among GENERATION_FIELDS, the model's own generation defaults may set."""
     values = {k: v for k, v in flags.items() if v is not None}
     if greedy:
         values.update(beam_size=1, nbest=1)
     layer = Layer(values, lambda key, value: f"{flag(key)} {value}", cls=DecodeConfig)
-    return build_from_layers(DecodeConfig, [layer])
+    cfg = build_from_layers(DecodeConfig, [layer])
+    return replace(cfg, from_model=tuple(k for k in GENERATION_FIELDS if k not in values))

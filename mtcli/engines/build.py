@@ -84,10 +84,12 @@ def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, dev
     """mtcli's Translator over one model or an ensemble (loaded here when given as paths)."""
     from mtcli.engines.translator import Translator, quantize_int8
     from mtcli.store.checkpoint import load_ensemble
+    from mtcli.store.model_dir import generation_defaults
 
     loaded = load_ensemble(models, device) if isinstance(models[0], Path) else list(models)
     nets = [quantize_int8(m.model) if options.quantize == "int8" else m.model for m in loaded]
     tokenizer, first = loaded[0].tokenizer, loaded[0]
+    cfg = cfg.with_generation(generation_defaults(first.config))  # an ensemble: the first's
     translator = Translator(
         nets, tokenizer, cfg, device=device, warn=options.warn, align=options.align or options.html,
         trace=options.trace, constraints=_constraints(options.glossary, first),

@@ -21,6 +21,7 @@ from mtcli.device import available_cpus
 from mtcli.engines.result import Translation
 from mtcli.engines.routing import Truncator
 from mtcli.errors import UserError
+from mtcli.store.model_dir import generation_defaults
 
 MARKER = "mtcli.json"
 
@@ -86,7 +87,8 @@ class CT2Translator:
         self.tgt = spm.SentencePieceProcessor(model_file=str(path / tok["tgt_model"]))
         self.max_src_tokens = int(meta["max_positions"]) - 1
         self.src_lang, self.tgt_lang = meta["src_lang"], meta["tgt_lang"]
-        self.cfg, self.warn = cfg, warn
+        self.generation = generation_defaults(meta, path / MARKER)
+        self.cfg, self.warn = cfg.with_generation(self.generation), warn
         self.truncate = Truncator(self.max_src_tokens, warn)
         threads = threads or available_cpus()
         compute = "int8" if quantize == "int8" else "float32"
@@ -107,7 +109,7 @@ class CT2Translator:
         ctranslate2.Translator and the sentencepiece models (a server holds one model,
         whatever settings its requests bring)."""
         other = copy.copy(self)
-        other.cfg, other.warn = cfg, warn or self.warn
+        other.cfg, other.warn = cfg.with_generation(self.generation), warn or self.warn
         other.truncate = Truncator(self.max_src_tokens, other.warn)
         if cfg.sample:
             import ctranslate2

@@ -238,10 +238,13 @@ def request_decode(
         if value is not None and value > cap:
             raise ApiError(400, f"{name} {value}: this server allows at most {cap} (--max-beam)")
     alpha = defaults.length_penalty if length_penalty is None else length_penalty
+    chosen = {"beam_size": beam_size, "length_penalty": length_penalty}
+    # what the request left open, the model's generation defaults may still set
+    from_model = tuple(k for k in defaults.from_model if chosen.get(k) is None)
     try:
         return replace(
             defaults, beam_size=beam_size or defaults.beam_size, nbest=nbest or 1,
-            length_penalty=alpha,
+            length_penalty=alpha, from_model=from_model,
         )  # fmt: skip
     except ConfigError as e:
         raise ApiError(400, f"{e.key} {e.value}: {e.why}") from None

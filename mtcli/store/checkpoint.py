@@ -214,9 +214,15 @@ def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
 
 
 def export_model(
-    checkpoints: list[Path], out: Path, dtype: torch.dtype = torch.float16, *, force: bool = False
+    checkpoints: list[Path],
+    out: Path,
+    dtype: torch.dtype = torch.float16,
+    *,
+    force: bool = False,
+    generation: dict | None = None,
 ) -> Path:
-    """Write the element-wise mean of checkpoints of one run as a model directory, no trainer state."""
+    """Write the element-wise mean of checkpoints of one run as a model directory, no trainer
+    state; `generation`: the decoding settings it recommends (else those it had, if any)."""
     check_export_out(checkpoints, out, force)
     loaded = load_model(checkpoints[0])
     for other in checkpoints[1:]:
@@ -228,7 +234,9 @@ def export_model(
     if len(checkpoints) > 1:
         loaded.model.load_state_dict(average_weights(checkpoints), strict=False)
     kept = ("train", "step", "valid") if len(checkpoints) == 1 else ("train",)
-    extra = {k: v for k, v in loaded.config.items() if k in kept}
+    extra = {k: v for k, v in loaded.config.items() if k in (*kept, "generation")}
+    if generation is not None:
+        extra["generation"] = generation
     if len(checkpoints) > 1:
         extra["step"] = max(read_config(c).get("step", 0) for c in checkpoints)
         extra["averaged_from"] = [f"step {read_config(c).get('step')}" for c in checkpoints]

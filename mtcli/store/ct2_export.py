@@ -24,6 +24,7 @@ from mtcli import files
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
 from mtcli.store.checkpoint import load_model
+from mtcli.store.model_dir import generation_defaults
 
 MARKER = "mtcli.json"  # what mtcli adds to a CTranslate2 directory: its tokenizer and languages
 
@@ -106,6 +107,7 @@ def export_ctranslate2(model_dir: Path, out: Path, *, force: bool = False) -> Pa
         marker = {
             "src_lang": loaded.src_lang, "tgt_lang": loaded.tgt_lang,
             "max_positions": loaded.model.cfg.max_positions, "exported_from": str(model_dir),
+            "generation": generation_defaults(loaded.config),
         }  # fmt: skip
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtcli import files
-from mtcli.config import ConfigError, ModelConfig, build
+from mtcli.config import GENERATION_FIELDS, ConfigError, DecodeConfig, ModelConfig, build, why_not
 from mtcli.data.textio import read_json
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
@@ -57,7 +57,23 @@ def read_config(path: str | Path) -> dict:
     if fmt > FORMAT:
         raise UserError(f"{cfg_path}: format {fmt} is newer than this mtcli reads ({FORMAT})")
     model_config(config, cfg_path)  # the model table must be valid before anything uses it
+    generation_defaults(config, cfg_path)
     return config
+
+
+def generation_defaults(config: dict, cfg_path: Path | str = CONFIG_FILE) -> dict:
+    """The decoding settings a model recommends for itself ("generation": beam size, length
+    penalty), each checked by DecodeConfig's rules; {} when it recommends none."""
+    generation = config.get("generation", {})
+    if not isinstance(generation, dict):
+        raise UserError(f"{cfg_path}: generation = {generation!r}: must be an object")
+    for key, value in generation.items():
+        if key not in GENERATION_FIELDS:
+            known = ", ".join(GENERATION_FIELDS)
+            raise UserError(f"{cfg_path}: generation.{key}: unknown setting (known: {known})")
+        if why := why_not(DecodeConfig, key, value):
+            raise UserError(f"{cfg_path}: generation.{key} = {value!r}: {why}")
+    return generation
 
 
 def model_config(config: dict, cfg_path: Path) -> ModelConfig:

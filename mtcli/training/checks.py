@@ -8,14 +8,17 @@ run). What needs torch, the --init model's tensor shapes, train() checks itself.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
-from mtcli.config import ModelConfig, TrainConfig, to_dict
+from mtcli.config import DistillConfig, ModelConfig, TrainConfig, to_dict
 from mtcli.data.parallel_text import check_parallel
+from mtcli.data.textio import read_lines
 from mtcli.data.token_store import read_manifest
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
+from mtcli.files import check_replaceable
 from mtcli.store.model_dir import check_model_files
 from mtcli.training.run_dir import check_run_out
 
@@ -119,3 +122,26 @@ def architecture_differences(wanted: ModelConfig, actual: ModelConfig) -> list[t
     """(field, actual, wanted) for each model field the user chose that differs."""
     a, w = to_dict(actual), to_dict(wanted)
     return [(k, a[k], w[k]) for k in a if k not in DERIVED_MODEL_FIELDS and a[k] != w[k]]
+
+
+def check_distill(cfg: DistillConfig, student: TrainConfig, force: bool) -> None:
+    """What `mtcli distill` reads, checked before it translates a line: the teacher, the
+    sources (every line UTF-8), --out, the student's shape and validation set, CTranslate2."""
+    if not cfg.teacher or not cfg.src:
+        raise UserError("--teacher and --src are required")
+    teacher = check_model_files(cfg.teacher)
+    sum(1 for _ in read_lines(cfg.src))  # a missing file or a line that is not UTF-8: one line
+    check_replaceable(cfg.out, "distill", "--out", force, reads=[cfg.src, cfg.teacher])
+    check_model_fits(student.model)
+    if student.valid_src:
+        check_parallel(student.valid_src, student.valid_tgt or None)
+    if (teacher.config.get("src_lang"), teacher.config.get("tgt_lang")) != (
+        student.src_lang,
+        student.tgt_lang,
+    ):
+        raise UserError(
+            f"--teacher {cfg.teacher} translates {teacher.config.get('src_lang')}->{teacher.config.get('tgt_lang')}, "
+            f"but --config trains {student.src_lang}->{student.tgt_lang}"
+        )
+    if cfg.teacher_engine == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
+        raise UserError("--teacher-engine ctranslate2 needs ctranslate2: pip install 'mtcli[ct2]'")

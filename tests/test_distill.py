@@ -1,0 +1,385 @@
+"""`mtcli distill` and the generation defaults a model directory carries: the teacher's outputs
+are its own beam translations, resumed part by part; the student starts from the teacher's
+layers; the exported student decodes greedily in translate, eval and serve unless told
+otherwise."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+from safetensors.torch import load_file
+
+from mtcli.cli import main
+from mtcli.cli.options import build_decode_config
+from mtcli.config import DecodeConfig, DistillConfig, TrainConfig
+from mtcli.data.tokenizer import Tokenizer
+from mtcli.engines.translator import Translator
+from mtcli.model.transformer import Seq2Seq
+from mtcli.serving.app import Models, ServeConfig, create_app, mtcli_served
+from mtcli.store.checkpoint import SaveRequest, load_model, save_model
+from mtcli.training import distill as distill_module
+from mtcli.training.distill import distill, kept_rows, shrunk_state, spread
+from tests.conftest import copy_sentences, copy_tokenizer, tiny_config, write_lines
+
+
+def _translate(model: Path, lines: list[str], **decode) -> list[str]:
+    """The reference: mtcli's Translator on the model, built here, under these settings."""
+    loaded = load_model(model)
+    translator = Translator(loaded.model, loaded.tokenizer, DecodeConfig(**decode))
+    return [t.text for t in translator.translate_chunk(lines)]
+
+
+# ---------------------------------------------------------------- pieces, against plain truth
+def test_spread_keeps_the_first_and_last_layer_evenly():
+    """1 of 3 -> [0]; 2 of 3 -> the first and the last; k of k -> all of them."""
+    assert spread(1, 3) == [0] and spread(2, 3) == [0, 2] and spread(3, 6) == [0, 2, 5]
+    assert all(spread(k, k) == list(range(k)) for k in range(1, 7))
+
+
+def test_kept_rows_drops_exactly_the_lowest_scores():
+    """The kept rows are, in order, all but the round(n * share) lowest (checked by sorting)."""
+    rng = random.Random(3)
+    for _ in range(50):
+        scores = [
+            rng.choice([-1.0, -0.5, -0.25, rng.random() * -3]) for _ in range(rng.randint(1, 30))
+        ]
+        share = rng.choice([0.0, 0.1, 0.5, 0.9])
+        kept = kept_rows(scores, share)
+        n_drop = round(len(scores) * share)
+        assert len(kept) == len(scores) - n_drop and kept == sorted(kept)
+        dropped = [scores[i] for i in range(len(scores)) if i not in kept]
+        assert not dropped or not kept or max(dropped) <= min(scores[i] for i in kept)
+
+
+def test_a_shrunk_student_holds_the_teachers_chosen_layers():
+    """A 2+1-layer student of a 2+2 teacher: embeddings and encoder equal (so the same memory),
+    its one decoder layer is the teacher's layer 0; a wider student gets no weights."""
+    torch.manual_seed(0)
+    teacher = Seq2Seq(tiny_config()).eval()
+    student_cfg = tiny_config(n_dec_layers=1)
+    student = Seq2Seq(student_cfg).eval()
+    student.load_state_dict(shrunk_state(teacher, student_cfg))
+    src = torch.randint(4, 24, (3, 7))
+    mask = torch.ones_like(src, dtype=torch.bool)
+    assert torch.equal(student.encode(src, mask), teacher.encode(src, mask))
+    for name, tensor in student.decoder_layers[0].state_dict().items():
+        assert torch.equal(tensor, teacher.decoder_layers[0].state_dict()[name])
+    assert shrunk_state(teacher, tiny_config(d_model=64)) is None
+    assert shrunk_state(teacher, tiny_config(n_enc_layers=3)) is None
+
+
+# ---------------------------------------------------------------- the whole command
+STUDENT_TOML = """
+src_lang = "en"
+tgt_lang = "en"
+max_tokens = 2048
+max_len = 32
+max_steps = 6
+warmup = 3
+lr_factor = 0.1
+valid_every = 3
+valid_bleu_lines = 8
+log_every = 1
+keep = 3
+[model]
+d_model = 64
+n_heads = 4
+n_enc_layers = 2
+n_dec_layers = 1
+d_ff = 128
+dropout = 0.0
+max_positions = 64
+"""
+
+
+def _student_config(tmp: Path, valid: Path) -> TrainConfig:
+    from mtcli.settings import build_from_layers, toml_layer
+
+    toml = tmp / "student.toml"
+    toml.write_text(STUDENT_TOML + "", encoding="utf-8")
+    text = toml.read_text().replace(
+        "max_len = 32", f'max_len = 32\nvalid_src = "{valid}"\nvalid_tgt = "{valid}"'
+    )
+    toml.write_text(text, encoding="utf-8")
+    return build_from_layers(TrainConfig, [toml_layer(str(toml))])
+
+
+@pytest.fixture(scope="module")
+def distilled(tmp_path_factory, copy_model_dir):
+    """One distillation of the copy model on 40 sources, in parts of 16 lines."""
+    tmp = tmp_path_factory.mktemp("distill")
+    src = write_lines(tmp / "sources", copy_sentences(40, seed=11))
+    cfg = DistillConfig(teacher=str(copy_model_dir), src=str(src), out=str(tmp / "kd"), average=2)
+    student = _student_config(tmp, src)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(distill_module, "CHUNK_LINES", 16)
+        model = distill(cfg, student)
+    return cfg, student, model
+
+
+def test_teacher_outputs_are_its_beam_translations(distilled, copy_model_dir):
+    """OUT/teacher/train.tgt is the teacher's beam-5 translation of every source, in order."""
+    cfg, _, _ = distilled
+    sources = Path(cfg.src).read_text(encoding="utf-8").splitlines()
+    folder = Path(cfg.out) / "teacher"
+    assert (folder / "train.src").read_text(encoding="utf-8").splitlines() == sources
+    want = _translate(copy_model_dir, sources, beam_size=5)
+    assert (folder / "train.tgt").read_text(encoding="utf-8").splitlines() == want
+    assert len(list((folder / "parts").glob("*.tsv"))) == 3  # 16 + 16 + 8 lines
+
+
+def test_the_student_starts_from_the_teacher_and_exports_greedy(distilled, copy_model_dir):
+    """OUT/init holds the teacher's encoder and decoder layer 0; OUT/model is the mean of the
+    last two checkpoints, shaped as --config says, recommending greedy search."""
+    cfg, student, model = distilled
+    init = load_file(str(Path(cfg.out) / "init" / "model.safetensors"))
+    teacher = load_file(str(copy_model_dir / "model.safetensors"))
+    for name in ("encoder_layers.1.ffn.up.weight", "decoder_layers.0.self_attn.qkv_proj.weight"):
+        assert torch.equal(init[name], teacher[name].float())
+    config = json.loads((model / "config.json").read_text())
+    assert config["model"]["n_dec_layers"] == 1 and config["generation"] == {
+        "beam_size": 1,
+        "length_penalty": 1.0,
+    }
+    assert config["averaged_from"] == ["step 3", "step 6"]
+
+
+def test_a_killed_distillation_translates_only_what_is_missing(distilled, monkeypatch):
+    """With the last part and the manifest gone (a kill mid-way), the next run translates
+    one part of 8 lines and writes the same outputs; the student's finished run is kept."""
+    cfg, student, _ = distilled
+    folder = Path(cfg.out) / "teacher"
+    before = (folder / "train.tgt").read_bytes()
+    (folder / "manifest.json").unlink()
+    (folder / "parts" / "000002.tsv").unlink()
+    chunks = []
+    real = distill_module.teacher_translator
+
+    def counting(*args):
+        translator = real(*args)
+        original = translator.translate_chunk
+        translator.translate_chunk = lambda lines: chunks.append(len(lines)) or original(lines)
+        return translator
+
+    monkeypatch.setattr(distill_module, "CHUNK_LINES", 16)
+    monkeypatch.setattr(distill_module, "teacher_translator", counting)
+    distill(cfg, student)
+    assert chunks == [8] and (folder / "train.tgt").read_bytes() == before
+
+
+def test_drop_worst_leaves_out_the_lowest_scored_pairs(distilled, tmp_path, copy_model_dir):
+    """--drop-worst 0.25 keeps the 30 best-scored of 40 pairs, sources and targets together."""
+    cfg, _, _ = distilled
+    parts = Path(cfg.out) / "teacher" / "parts"
+    rows = [
+        line.rsplit("\t", 1)
+        for p in sorted(parts.glob("*.tsv"))
+        for line in p.read_text().splitlines()
+    ]
+    sources = Path(cfg.src).read_text().splitlines()
+    other = DistillConfig(
+        teacher=cfg.teacher, src=cfg.src, out=str(tmp_path / "kd"), drop_worst=0.25
+    )
+    src, tgt = distill_module.teacher_outputs(other, tmp_path / "kd" / "teacher", lambda r: None)
+    kept = src.read_text().splitlines()
+    assert len(kept) == 30
+    threshold = sorted(float(s) for _, s in rows)[10]
+    assert all(float(rows[sources.index(line)][1]) >= threshold for line in kept)
+    assert tgt.read_text().splitlines() == [rows[sources.index(line)][0] for line in kept]
+
+
+# ---------------------------------------------------------------- generation defaults
+@pytest.fixture(scope="module")
+def greedy_model(tmp_path_factory) -> Path:
+    """A random model (greedy and beam disagree on some lines) recommending greedy search."""
+    tmp = tmp_path_factory.mktemp("generation")
+    tok = copy_tokenizer(tmp)
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config(vocab=Tokenizer.load(tok).src_vocab_size)).eval()
+    with torch.no_grad():  # sharper random logits: greedy and beam 5 differ on 6 of 12 lines
+        for p in model.parameters():
+            p.mul_(3.0)
+    path = save_model(
+        model, tmp / "m", SaveRequest(tokenizer_dir=tok, src_lang="en", tgt_lang="en")
+    )
+    config = json.loads((path / "config.json").read_text())
+    config["generation"] = {"beam_size": 1}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+LINES = copy_sentences(12, seed=2)
+
+
+def test_translate_uses_the_models_generation_defaults(greedy_model):
+    """Without -b the model's beam 1 decides (== -b 1); -b 5 still gets beam 5, which differs."""
+    greedy, beam = (
+        _translate(greedy_model, LINES, beam_size=1),
+        _translate(greedy_model, LINES, beam_size=5),
+    )
+    assert greedy != beam  # otherwise this test could not tell them apart
+    runner = CliRunner()
+    for args, want in (([], greedy), (["-b", "5"], beam), (["--greedy"], greedy)):
+        result = runner.invoke(
+            main, ["translate", "-m", str(greedy_model), "-q", *args], input="\n".join(LINES) + "\n"
+        )
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines() == want, args
+
+
+def test_eval_uses_them_too(greedy_model, tmp_path):
+    """eval with the model's default scores its greedy output 100 against itself; -b 5 less."""
+    src = write_lines(tmp_path / "src", LINES)
+    ref = write_lines(tmp_path / "ref", _translate(greedy_model, LINES, beam_size=1))
+    scores = {}
+    for name, args in (("default", []), ("beam", ["-b", "5"])):
+        result = CliRunner().invoke(
+            main,
+            [
+                "eval",
+                "--json",
+                "-m",
+                str(greedy_model),
+                "--src",
+                str(src),
+                "--ref",
+                str(ref),
+                *args,
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        scores[name] = next(iter(json.loads(result.stdout)["systems"].values()))["BLEU"]["score"]
+    assert scores["default"] == pytest.approx(100.0) and scores["beam"] < 99
+
+
+def test_serve_uses_them_unless_the_request_asks(greedy_model):
+    """A request without beam_size is decoded greedily; one asking beam_size 5 gets beam 5."""
+    loaded = load_model(greedy_model)
+    cfg = ServeConfig(decode=build_decode_config())
+    app = create_app(Models(lambda: [mtcli_served("m", loaded, "cpu")]), cfg, lambda line: None)
+    with TestClient(app) as client:
+        for _ in range(200):
+            if client.get("/health").status_code == 200:
+                break
+        for extra, kwargs in (({}, {"beam_size": 1}), ({"beam_size": 5}, {"beam_size": 5})):
+            r = client.post("/v1/translate", json={"lines": LINES, **extra})
+            assert r.status_code == 200, r.text
+            got = [t["translation"] for t in r.json()["translations"]]
+            assert got == _translate(greedy_model, LINES, **kwargs), extra
+
+
+def test_nbest_widens_a_greedy_default():
+    """--nbest 3 on a model recommending beam 1 searches with beam 3 (not an error); a beam the
+    user named is kept whatever the model says."""
+    unset = build_decode_config(nbest=3, beam_size=None, length_penalty=None)
+    assert unset.from_model == ("beam_size", "length_penalty")
+    assert unset.with_generation({"beam_size": 1}).beam_size == 3
+    named = build_decode_config(nbest=3, beam_size=4, length_penalty=None)
+    assert named.with_generation({"beam_size": 1, "length_penalty": 0.6}).beam_size == 4
+    assert named.with_generation({"length_penalty": 0.6}).length_penalty == 0.6
+
+
+@pytest.mark.parametrize(
+    "generation, message",
+    [
+        ({"beam_size": 0}, "generation.beam_size = 0: must be at least 1"),
+        ({"beam": 4}, "generation.beam: unknown setting"),
+        ("greedy", "generation = 'greedy': must be an object"),
+        ({"length_penalty": "1"}, "generation.length_penalty = '1': must be a number"),
+    ],
+)
+def test_a_bad_generation_table_is_one_line(greedy_model, tmp_path, generation, message):
+    """A hand-edited "generation" in config.json is refused in one line naming the file."""
+    import shutil
+
+    copy = tmp_path / "m"
+    shutil.copytree(greedy_model, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config["generation"] = generation
+    (copy / "config.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(main, ["translate", "-m", str(copy), "a b"])
+    assert result.exit_code != 0 and message in result.output and "config.json" in result.output
+    assert "Traceback" not in result.output
+
+
+# ---------------------------------------------------------------- the command line
+def _distill_cli(tmp: Path, *args: str):
+    src = tmp / "sources"
+    if not src.exists():
+        write_lines(src, copy_sentences(10, seed=4))
+    toml = tmp / "student.toml"
+    if not toml.exists():
+        toml.write_text(STUDENT_TOML.replace("max_steps = 6", "max_steps = 2"), encoding="utf-8")
+    return CliRunner().invoke(
+        main, ["distill", "--src", str(src), "--config", str(toml), "--out", str(tmp / "kd"), *args]
+    )
+
+
+def test_the_command_writes_a_greedy_student(tmp_path, copy_model_dir):
+    """`mtcli distill` end to end: OUT/model translates, and by default greedily."""
+    result = _distill_cli(tmp_path, "--teacher", str(copy_model_dir), "--average", "1")
+    assert result.exit_code == 0, result.output
+    model = tmp_path / "kd" / "model"
+    assert json.loads((model / "config.json").read_text())["generation"]["beam_size"] == 1
+    lines = copy_sentences(4, seed=9)
+    result = CliRunner().invoke(
+        main, ["translate", "-q", "-m", str(model)], input="\n".join(lines) + "\n"
+    )
+    assert result.stdout.splitlines() == _translate(model, lines, beam_size=1)
+
+
+@pytest.mark.parametrize(
+    "setup, args, message",
+    [
+        (None, ["--teacher", "no-such-model"], "--teacher no-such-model: no such model directory"),
+        (None, ["--beam-size", "0"], "--beam-size 0: must be at least 1"),
+        (None, ["--drop-worst", "1.5"], "--drop-worst 1.5: must be below 1"),
+        (None, ["--drop-worst", "nan"], "--drop-worst nan: must be a finite number"),
+        (lambda t: (t / "sources").write_bytes(b"a b\n\xff\xfe\n"), [], "sources:2"),
+        (lambda t: (t / "kd").write_text("mine"), [], "--out"),
+        (
+            lambda t: (t / "student.toml").write_text("max_steps = 'x'"),
+            [],
+            "student.toml: max_steps = 'x'",
+        ),
+        (
+            lambda t: (t / "student.toml").write_text('tgt_lang = "de"'),
+            [],
+            "but --config trains en->de",
+        ),
+    ],
+)
+def test_bad_inputs_are_one_line_before_any_work(tmp_path, copy_model_dir, setup, args, message):
+    """A wrong teacher, option, source file or --out stops distill in one line, nothing written."""
+    if setup:
+        setup(tmp_path)
+    teacher = [] if "--teacher" in args else ["--teacher", str(copy_model_dir)]
+    result = _distill_cli(tmp_path, *teacher, *args)
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "kd").is_dir()
+
+
+def test_a_ctranslate2_export_keeps_the_generation_defaults(greedy_model, tmp_path):
+    """The export carries "generation"; CTranslate2's engine then searches greedily unless a
+    flag asks a beam (its outputs equal its own explicit -b 1 and -b 5)."""
+    pytest.importorskip("ctranslate2")
+    from mtcli.engines.ct2 import CT2Translator
+    from mtcli.store.ct2_export import export_ctranslate2
+
+    out = export_ctranslate2(greedy_model, tmp_path / "ct2")
+    assert json.loads((out / "mtcli.json").read_text())["generation"] == {"beam_size": 1}
+
+    def texts(cfg):
+        return [t.text for t in CT2Translator(out, cfg).translate_chunk(LINES)]
+
+    greedy, beam = texts(DecodeConfig(beam_size=1)), texts(DecodeConfig(beam_size=5))
+    assert greedy != beam
+    assert texts(build_decode_config()) == greedy
+    assert texts(build_decode_config(beam_size=5)) == beam

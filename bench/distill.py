@@ -34,6 +34,12 @@ PAIRS = {  # direction: (teacher, student, source file, reference file, target l
 }
 
 
+def student_dir(direction: str, name: str) -> str:
+    """The shipped student, else what `make model-student` left in runs/ (one not shipped)."""
+    shipped = REPO / "models" / name
+    return str(shipped if shipped.is_dir() else REPO / "runs" / f"{direction}-student" / "model")
+
+
 def rows_of(teacher: str, student: str, ct2_dir: Path) -> dict[str, list[str]]:
     """Row name -> the `mtcli translate` arguments that make it (besides -i/-o)."""
     return {
@@ -65,7 +71,7 @@ def bench_pair(direction: str, rounds: int, tmp: Path) -> dict:
     ct2_dir = tmp / f"{teacher}-ct2"
     export = ["export", "--format", "ctranslate2", f"models/{teacher}", "--out", str(ct2_dir)]
     subprocess.run([sys.executable, "-m", "mtcli", *export], check=True, cwd=REPO)
-    rows = rows_of(teacher, student, ct2_dir)
+    rows = rows_of(teacher, student_dir(direction, student), ct2_dir)
     times: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(rounds):
         for i, (name, args) in enumerate(rows.items()):

@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark in its own process, then print one table.
 
-    python bench/run.py [--minutes 20] [--only train,data,decode,ct2,distill,serve,hostile,attention,quality]
+    python bench/run.py [--minutes 20] [--only train,data,decode,ct2,memory,distill,serve,hostile,attention,quality]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -182,6 +182,14 @@ def table() -> str:
                 ),
             )
         )
+    if m := _load("memory"):
+        for name, r in m["results"].items():
+            memory = [r[k] for k in ("imports_mb", "peak_mb", "peak_minus_imports_mb", "peak_in_use_mb")]  # fmt: skip
+            value = f"{r['decode_s']:.2f} ({r['time_vs_default']:.2f}x) | " + " | ".join(
+                map(str, memory)
+            )
+            what = "decode s | imports | peak | peak-imports | in use MB"
+            rows.append(("memory", f"beam 5, {name}", what, value))
     rows += distill_rows()
     if sv := _load("serve"):
         for name, r in sv["results"].items():
@@ -262,7 +270,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
     ap.add_argument(
-        "--only", default="train,data,decode,ct2,distill,serve,hostile,attention,quality"
+        "--only", default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality"
     )
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
@@ -276,6 +284,8 @@ def main() -> None:
             _run("decode.py", "--lines", "1000")
         if "ct2" in only:
             _run("ct2.py")
+        if "memory" in only:  # where a beam-5 pass's memory goes, RSS against time
+            _run("memory.py")
         if "distill" in only:  # the shipped students beside their teachers
             _run("distill.py")
         if "serve" in only:

@@ -63,8 +63,9 @@ model-zh-en: $(STAMP) $(TOKENIZER)/tokenizer.json
 # ---- the distilled students: each teacher's beam-5 translations of the training sources and of
 # the other teacher's translations of the training targets (new sentences, where the teacher's
 # outputs are not its memorised references; none that is a validation or test sentence), then a
-# 3+2-layer student started from the teacher's layers and trained on them (`mtcli distill`; ~35
-# minutes each on 2 idle cores), decoded greedily by default; the model cards are written by hand
+# 3+2-layer student started from the teacher's layers and trained on them (`mtcli distill`;
+# ~30 minutes each on 2 idle cores), decoded greedily by default. Not shipped: neither came
+# within 1 BLEU of its teacher at 2x its speed (README, "The shipped models")
 KD := runs/kd
 $(KD)/en.sources $(KD)/zh.sources: | $(TATOEBA)/test.src $(STAMP)
 	mkdir -p $(KD)

@@ -156,32 +156,13 @@ def table() -> str:
                 f"{st['import_torch_s']:.2f} | {st['mtcli_s']:.2f} | {st['ctranslate2_engine_s']:.2f}",
             )
         )
-        rss = c["peak_rss"]
-        if run := c.get("run_rss"):  # the peak minus each process's RSS after its imports
-            rows.append(
-                (
-                    "ct2",
-                    "peak RSS - import RSS, beam 5",
-                    "mtcli fp32 | int8 | CT2 fp32 | int8 MB",
-                    " | ".join(
-                        str(run[f"{e}_beam5_{p}_mb"])
-                        for e in ("mtcli", "ctranslate2")
-                        for p in ("fp32", "int8")
-                    ),
-                )
-            )
-        rows.append(
-            (
-                "ct2",
-                "peak RSS, beam 5, all lines",
-                "mtcli fp32 | int8 | CT2 fp32 | int8 MB",
-                " | ".join(
-                    str(rss[f"{e}_beam5_{p}_mb"])
-                    for e in ("mtcli", "ctranslate2")
-                    for p in ("fp32", "int8")
-                ),
-            )
-        )
+        what = "mtcli fp32 | int8 | CT2 fp32 | int8 MB"
+        named = {"peak_rss": "peak RSS, beam 5, all lines", "run_rss": "peak RSS - import RSS, beam 5"}  # fmt: skip
+        keys = [f"{e}_beam5_{p}_mb" for e in ("mtcli", "ctranslate2") for p in ("fp32", "int8")]
+        for key, name in named.items():
+            if mb := c.get(key):  # run_rss: the peak minus each process's RSS after its imports
+                values = [mb[k] for k in keys]
+                rows.append(("ct2", name, what, " | ".join(map(str, values))))
     if m := _load("memory"):
         for name, r in m["results"].items():
             memory = [r[k] for k in ("imports_mb", "peak_mb", "peak_minus_imports_mb", "peak_in_use_mb")]  # fmt: skip

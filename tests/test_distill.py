@@ -9,6 +9,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -20,6 +21,7 @@ from mtcli.cli.options import build_decode_config
 from mtcli.config import DecodeConfig, DistillConfig, TrainConfig
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.engines.translator import Translator
+from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.serving.app import Models, ServeConfig, create_app, mtcli_served
 from mtcli.store.checkpoint import SaveRequest, load_model, save_model
@@ -50,7 +52,7 @@ def test_kept_rows_drops_exactly_the_lowest_scores():
             rng.choice([-1.0, -0.5, -0.25, rng.random() * -3]) for _ in range(rng.randint(1, 30))
         ]
         share = rng.choice([0.0, 0.1, 0.5, 0.9])
-        kept = kept_rows(scores, share)
+        kept = list(np.flatnonzero(kept_rows(np.array(scores), share)))
         n_drop = round(len(scores) * share)
         assert len(kept) == len(scores) - n_drop and kept == sorted(kept)
         dropped = [scores[i] for i in range(len(scores)) if i not in kept]
@@ -171,6 +173,23 @@ def test_a_killed_distillation_translates_only_what_is_missing(distilled, monkey
     monkeypatch.setattr(distill_module, "teacher_translator", counting)
     distill(cfg, student)
     assert chunks == [8] and (folder / "train.tgt").read_bytes() == before
+
+
+def test_a_damaged_part_is_one_line(distilled, tmp_path):
+    """A part cut short (a hand-edited or damaged OUT) is one line naming it, not a misaligned
+    corpus: the student never trains on pairs that do not belong together."""
+    import shutil
+
+    cfg, _, _ = distilled
+    out = tmp_path / "kd"
+    shutil.copytree(Path(cfg.out) / "teacher", out / "teacher")
+    (out / "teacher" / "manifest.json").unlink()
+    part = out / "teacher" / "parts" / "000001.tsv"
+    part.write_text("".join(part.read_text().splitlines(keepends=True)[:-1]))
+    other = DistillConfig(teacher=cfg.teacher, src=cfg.src, out=str(out))
+    with pytest.raises(UserError, match="do not match .* line for line; remove"):
+        distill_module.teacher_outputs(other, out / "teacher", lambda r: None)
+    assert not (out / "teacher" / "manifest.json").exists()
 
 
 def test_drop_worst_leaves_out_the_lowest_scored_pairs(distilled, tmp_path, copy_model_dir):

@@ -21,11 +21,14 @@ Reports through a callback like training; imports no rich or click.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mtcli import files
@@ -127,39 +130,47 @@ def teacher_translator(cfg: DistillConfig, folder: Path, report):
 
 def write_training_pairs(cfg: DistillConfig, key: dict, folder: Path, parts: Path, report):
     """train.src/.tgt/.score from the parts, the worst-scored share left out, then the
-    manifest (written last: a folder without it is translated or assembled again)."""
-    sources = list(read_lines(cfg.src))
-    outputs = [line.rsplit("\t", 1) for p in sorted(parts.glob("*.tsv")) for line in read_lines(p)]
-    if len(outputs) != len(sources):
-        raise UserError(
-            f"{parts}: {len(outputs)} translations for {len(sources)} lines; remove {folder} and run again"
-        )
-    scores = [float(s) for _, s in outputs]
+    manifest (removed first and written last: a folder without it is assembled again). Streams
+    the lines: only the scores (8 bytes a line) are held, whatever the corpus's size."""
+    (folder / "manifest.json").unlink(missing_ok=True)
+    scores = np.fromiter((float(score) for _, score in teacher_rows(parts)), dtype=np.float64)
     keep = kept_rows(scores, cfg.drop_worst)
-    for name, column in (
-        ("src", sources),
-        ("tgt", [t for t, _ in outputs]),
-        ("score", [f"{s:.4f}" for s in scores]),
-    ):
-        text = "".join(column[i] + "\n" for i in keep)
-        files.write_file_atomic(folder / f"train.{name}", text.encode("utf-8"))
-    dropped = len(sources) - len(keep)
-    files.write_json(
-        folder / "manifest.json",
-        {"key": {**key, "drop_worst": cfg.drop_worst}, "lines": len(sources), "kept": len(keep)},
-    )
-    left = f"{dropped:,} with the lowest scores left out"
-    report(Message(f"teacher outputs: {len(keep):,} pairs kept of {len(sources):,} ({left})"))
-
+    try:
+        with contextlib.ExitStack() as stack:
+            paths = [folder / f"train.{name}" for name in ("src", "tgt", "score")]
+            outs = [stack.enter_context(open(p, "w", encoding="utf-8")) for p in paths]
+            rows = zip(read_lines(cfg.src), teacher_rows(parts), strict=True)
+            for i, (source, (text, score)) in enumerate(rows):
+                if keep[i]:
+                    for out, value in zip(outs, (source, text, score), strict=True):
+                        out.write(value + "\n")
+    except ValueError:  # zip's: one of them ended first
+        why = f"the translations do not match {cfg.src} line for line"
+        raise UserError(f"{parts}: {why}; remove {folder} and run again") from None
+    n, kept = len(scores), int(keep.sum())
+    manifest = {"key": {**key, "drop_worst": cfg.drop_worst}, "lines": n, "kept": kept}
+    files.write_file_atomic(folder / "manifest.json", json.dumps(manifest, indent=2).encode())
+    left = f"{n - kept:,} with the lowest scores left out"
+    report(Message(f"teacher outputs: {kept:,} pairs kept of {n:,} ({left})"))
     return folder / "train.src", folder / "train.tgt"
 
 
-def kept_rows(scores: list[float], drop_worst: float) -> list[int]:
-    """The rows kept, in corpus order, when the `drop_worst` share with the lowest scores goes
-    (ties at the threshold go by position: exactly round(n * drop_worst) rows leave)."""
+def teacher_rows(parts: Path) -> Iterator[tuple[str, str]]:
+    """(translation, score) of each source line, in corpus order, read from the parts."""
+    for part in sorted(parts.glob("*.tsv")):
+        for line in read_lines(part):
+            text, _, score = line.rpartition("\t")
+            yield text, score
+
+
+def kept_rows(scores: np.ndarray, drop_worst: float) -> np.ndarray:
+    """Which rows stay (bool, corpus order) when the `drop_worst` share with the lowest scores
+    goes (ties at the threshold go by position: exactly round(n * drop_worst) rows leave)."""
     n_drop = round(len(scores) * drop_worst)
-    worst = set(sorted(range(len(scores)), key=lambda i: (scores[i], i))[:n_drop])
-    return [i for i in range(len(scores)) if i not in worst]
+    order = np.lexsort((np.arange(len(scores)), scores))  # by score, then by position
+    keep = np.ones(len(scores), dtype=bool)
+    keep[order[:n_drop]] = False
+    return keep
 
 
 # ---------------------------------------------------------------- 2. the student's start

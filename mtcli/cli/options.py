@@ -51,8 +51,8 @@ def decode_options(func):
         """A flag whose default is the model's own recommendation when it has one (None here:
         unset, so build_decode_config can tell the model may choose)."""
         names = [name, short] if short else [name]
-        shown = f"{default}, or the model's own"
-        return click.option(*names, type=kind, default=None, show_default=shown, help=help)
+        shown = f"{help}  [default: {default}, or the model's own]"
+        return click.option(*names, type=kind, default=None, help=shown)
 
     options = [
         model_may_set("--beam-size", int, d.beam_size, "Beam width; 1 = greedy.", short="-b"),

@@ -402,3 +402,36 @@ def test_a_ctranslate2_export_keeps_the_generation_defaults(greedy_model, tmp_pa
     assert greedy != beam
     assert texts(build_decode_config()) == greedy
     assert texts(build_decode_config(beam_size=5)) == beam
+
+
+def test_a_sigkilled_distill_resumes_to_the_same_teacher_outputs(tmp_path, copy_model_dir):
+    """A real `mtcli distill` SIGKILLed at a random moment of the teacher's pass (after a first
+    part is written) and run again ends with the teacher outputs of an uninterrupted pass."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    lines = copy_sentences(5000, seed=13)  # 3 parts of 2,000 lines
+    src = write_lines(tmp_path / "sources", lines)
+    toml = tmp_path / "student.toml"
+    toml.write_text(STUDENT_TOML.replace("max_steps = 6", "max_steps = 1"), encoding="utf-8")
+    args = [sys.executable, "-m", "mtcli", "distill", "--teacher", str(copy_model_dir), "--src", str(src),
+            "--config", str(toml), "--out", str(tmp_path / "kd"), "--average", "1"]  # fmt: skip
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    parts = tmp_path / "kd" / "teacher" / "parts"
+    deadline = time.monotonic() + 120
+    while not list(parts.glob("*.tsv")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    time.sleep(random.Random(3).uniform(0.0, 0.1))  # early in the second part
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "distill ended before the kill"
+    assert not (tmp_path / "kd" / "teacher" / "manifest.json").exists()
+    again = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    got = (tmp_path / "kd" / "teacher" / "train.tgt").read_text(encoding="utf-8").splitlines()
+    assert got == _translate(copy_model_dir, lines, beam_size=5)

@@ -5,8 +5,10 @@ otherwise."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -175,21 +177,52 @@ def test_a_killed_distillation_translates_only_what_is_missing(distilled, monkey
     assert chunks == [8] and (folder / "train.tgt").read_bytes() == before
 
 
-def test_a_damaged_part_is_one_line(distilled, tmp_path):
-    """A part cut short (a hand-edited or damaged OUT) is one line naming it, not a misaligned
-    corpus: the student never trains on pairs that do not belong together."""
-    import shutil
-
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda lines: lines[:-1], "do not match .* line for line; remove"),
+        (
+            lambda lines: [*lines[:2], "no tab here\n", *lines[3:]],
+            r"000001.tsv:3: not a translation TAB its score",
+        ),  # fmt: skip
+        (
+            lambda lines: [*lines[:2], "a b\tnot-a-number\n", *lines[3:]],
+            r"000001.tsv:3: not a translation TAB",
+        ),  # fmt: skip
+    ],
+)
+def test_a_damaged_part_is_one_line(distilled, tmp_path, damage, message):
+    """A part cut short or with a broken line (a hand-edited or damaged OUT) is one line
+    naming it: the student never trains on pairs that do not belong together."""
     cfg, _, _ = distilled
     out = tmp_path / "kd"
     shutil.copytree(Path(cfg.out) / "teacher", out / "teacher")
     (out / "teacher" / "manifest.json").unlink()
     part = out / "teacher" / "parts" / "000001.tsv"
-    part.write_text("".join(part.read_text().splitlines(keepends=True)[:-1]))
+    part.write_text("".join(damage(part.read_text().splitlines(keepends=True))))
     other = DistillConfig(teacher=cfg.teacher, src=cfg.src, out=str(out))
-    with pytest.raises(UserError, match="do not match .* line for line; remove"):
+    with pytest.raises(UserError, match=message):
         distill_module.teacher_outputs(other, out / "teacher", lambda r: None)
     assert not (out / "teacher" / "manifest.json").exists()
+
+
+def test_the_start_is_kept_for_its_shape_and_made_again_for_another(distilled, tmp_path):
+    """OUT/init is reused for the same shape and teacher (a resumed run starts alike), and
+    made again for another shape or when asked (--restart)."""
+    cfg, student, _ = distilled
+    init = Path(cfg.out) / "init"
+    stamp = (init / "model.safetensors").stat().st_mtime_ns
+    start = distill_module.student_start
+    assert start(cfg.teacher, student.model, init, lambda r: None, fresh=False) == init
+    assert (init / "model.safetensors").stat().st_mtime_ns == stamp
+    other = tmp_path / "init"
+    shutil.copytree(init, other)
+    wider = dataclasses.replace(student.model, n_dec_layers=2)
+    start(cfg.teacher, wider, other, lambda r: None, fresh=False)
+    assert json.loads((other / "config.json").read_text())["model"]["n_dec_layers"] == 2
+    said = []
+    start(cfg.teacher, wider, other, said.append, fresh=True)
+    assert said and "teacher's weights" in said[0].text
 
 
 def test_drop_worst_leaves_out_the_lowest_scored_pairs(distilled, tmp_path, copy_model_dir):
@@ -351,6 +384,14 @@ def test_the_command_writes_a_greedy_student(tmp_path, copy_model_dir):
         main, ["translate", "-q", "-m", str(model)], input="\n".join(lines) + "\n"
     )
     assert result.stdout.splitlines() == _translate(model, lines, beam_size=1)
+    # another shape: the finished run is refused in one line, --restart trains the new one
+    toml = tmp_path / "student.toml"
+    toml.write_text(toml.read_text().replace("n_dec_layers = 1", "n_dec_layers = 2"))
+    again = _distill_cli(tmp_path, "--teacher", str(copy_model_dir), "--average", "1")
+    assert again.exit_code != 0 and "--restart to start over" in again.output, again.output
+    again = _distill_cli(tmp_path, "--teacher", str(copy_model_dir), "--average", "1", "--restart")
+    assert again.exit_code == 0, again.output
+    assert json.loads((model / "config.json").read_text())["model"]["n_dec_layers"] == 2
 
 
 @pytest.mark.parametrize(
@@ -368,7 +409,7 @@ def test_the_command_writes_a_greedy_student(tmp_path, copy_model_dir):
             "student.toml: max_steps = 'x'",
         ),
         (
-            lambda t: (t / "student.toml").write_text('tgt_lang = "de"'),
+            lambda t: (t / "student.toml").write_text('tgt_lang = "de"\nmax_len = 32'),
             [],
             "but --config trains en->de",
         ),

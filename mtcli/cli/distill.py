@@ -64,13 +64,17 @@ D = DistillConfig()
 @click.option(
     "--fp16/--fp32", default=D.fp16, show_default=True, help="The exported student's weights."
 )
+@click.option(
+    "--restart", is_flag=True, help="Train the student again from its start (teacher outputs kept)."
+)
 @click.option("--force", is_flag=True, help="Use an --out that is not mtcli's distillation folder.")
-def distill_command(config_path, force, **flags) -> None:
+def distill_command(config_path, restart, force, **flags) -> None:
     """Train a smaller, faster student on a teacher's translations (sequence-level KD).
 
     \b
     Running the same command again continues where a killed run stopped.
     """
+    from mtcli.cli.train import init_layer
     from mtcli.store.registry import find
     from mtcli.training.checks import check_distill
 
@@ -78,14 +82,15 @@ def distill_command(config_path, force, **flags) -> None:
     cfg = build_from_layers(
         DistillConfig, [Layer(flags, lambda k, v: f"{flag(k)} {v}", cls=DistillConfig)]
     )
-    student = build_from_layers(TrainConfig, [toml_layer(config_path)])
+    # the teacher's languages and shape are the defaults the student's TOML changes
+    student = build_from_layers(TrainConfig, [init_layer(cfg.teacher), toml_layer(config_path)])
     check_distill(cfg, student, force)  # without torch: a wrong input is one line at once
     limit_kernel_caches()
     import_torch()
     from mtcli.training.distill import distill
 
     with ProgressReporter() as reporter:
-        out = distill(cfg, student, reporter)
+        out = distill(cfg, student, reporter, restart=restart)
     console.print(
         f"student in {out}; translate with: mtcli translate -m {out}", markup=False, soft_wrap=True
     )

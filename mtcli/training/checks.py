@@ -127,20 +127,16 @@ def architecture_differences(wanted: ModelConfig, actual: ModelConfig) -> list[t
 def check_distill(cfg: DistillConfig, student: TrainConfig, force: bool) -> None:
     """What `mtcli distill` reads, checked before it translates a line: the teacher, the
     sources (every line UTF-8), --out, the student's shape and validation set, CTranslate2."""
-    if not cfg.teacher or not cfg.src:
-        raise UserError("--teacher and --src are required")
     teacher = check_model_files(cfg.teacher)
     sum(1 for _ in read_lines(cfg.src))  # a missing file or a line that is not UTF-8: one line
     check_replaceable(cfg.out, "distill", "--out", force, reads=[cfg.src, cfg.teacher])
     check_model_fits(student.model)
     if student.valid_src:
         check_parallel(student.valid_src, student.valid_tgt or None)
-    if (teacher.config.get("src_lang"), teacher.config.get("tgt_lang")) != (
-        student.src_lang,
-        student.tgt_lang,
-    ):
+    pair = (teacher.config.get("src_lang"), teacher.config.get("tgt_lang"))
+    if pair != (student.src_lang, student.tgt_lang):
         raise UserError(
-            f"--teacher {cfg.teacher} translates {teacher.config.get('src_lang')}->{teacher.config.get('tgt_lang')}, "
+            f"--teacher {cfg.teacher} translates {'->'.join(map(str, pair))}, "
             f"but --config trains {student.src_lang}->{student.tgt_lang}"
         )
     if cfg.teacher_engine == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:

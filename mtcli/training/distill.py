@@ -38,7 +38,7 @@ from mtcli.engines.build import EngineOptions, build_translator
 from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import SaveRequest, export_model, load_model, save_model
-from mtcli.store.model_dir import CONFIG_FILE
+from mtcli.store.model_dir import CONFIG_FILE, WEIGHTS_FILE, read_config
 from mtcli.training.loop import train
 from mtcli.training.reports import Message, Report, TrainResult
 from mtcli.training.run_dir import step_dirs
@@ -49,20 +49,25 @@ PARTS_DONE = "key.json"  # in OUT/teacher/parts: what the parts there were trans
 
 
 def distill(
-    cfg: DistillConfig, student: TrainConfig, report: Callable[[Report], None] = lambda r: None
+    cfg: DistillConfig,
+    student: TrainConfig,
+    report: Callable[[Report], None] = lambda r: None,
+    *,
+    restart: bool = False,
 ) -> Path:
     """Teacher outputs, the student's start, its training, its export; returns OUT/model.
     `student` is the student's TrainConfig (shape and schedule); its corpus, --init and OUT
-    are distill's own and set here."""
+    are distill's own and set here. `restart`: the student trains again from its start (the
+    teacher's outputs are kept while they fit)."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    files.write_json(out / MARKER, to_dict(cfg))
+    files.write_file_atomic(out / MARKER, json.dumps(to_dict(cfg), indent=2).encode())
     src, tgt = teacher_outputs(cfg, out / "teacher", report)
-    init = student_start(cfg.teacher, student.model, out / "init", report)
+    init = student_start(cfg.teacher, student.model, out / "init", report, fresh=restart)
     run = dataclasses.replace(
         student, src=str(src), tgt=str(tgt), init=str(init), out=str(out / "student")
     )
-    result = train(run, report)
+    result = train(run, report, restart=restart)
     return export_student(cfg, result, out / "model", report)
 
 
@@ -71,7 +76,7 @@ def teacher_key(cfg: DistillConfig) -> dict:
     """What the teacher's outputs depend on: its weights, the corpus, the search and engine."""
     teacher = Path(cfg.teacher)
     return {
-        "teacher_sha256": files.sha256_of(teacher / "model.safetensors"),
+        "teacher_sha256": files.sha256_of(teacher / WEIGHTS_FILE),
         "src_sha256": files.sha256_of(cfg.src),
         "beam_size": cfg.beam_size,
         "engine": cfg.teacher_engine,
@@ -97,7 +102,7 @@ def translate_parts(cfg: DistillConfig, key: dict, parts: Path, report) -> None:
     if (parts / PARTS_DONE).is_file() and read_json(parts / PARTS_DONE) != key:
         files.remove_dir(parts)
     parts.mkdir(parents=True, exist_ok=True)
-    files.write_json(parts / PARTS_DONE, key)
+    files.write_file_atomic(parts / PARTS_DONE, json.dumps(key).encode())
     translator = None
     for number, chunk in enumerate(chunks(read_lines(cfg.src), CHUNK_LINES)):
         part = parts / f"{number:06d}.tsv"
@@ -133,7 +138,7 @@ def write_training_pairs(cfg: DistillConfig, key: dict, folder: Path, parts: Pat
     manifest (removed first and written last: a folder without it is assembled again). Streams
     the lines: only the scores (8 bytes a line) are held, whatever the corpus's size."""
     (folder / "manifest.json").unlink(missing_ok=True)
-    scores = np.fromiter((float(score) for _, score in teacher_rows(parts)), dtype=np.float64)
+    scores = np.fromiter((score for _, score in teacher_rows(parts)), dtype=np.float64)
     keep = kept_rows(scores, cfg.drop_worst)
     try:
         with contextlib.ExitStack() as stack:
@@ -142,7 +147,7 @@ def write_training_pairs(cfg: DistillConfig, key: dict, folder: Path, parts: Pat
             rows = zip(read_lines(cfg.src), teacher_rows(parts), strict=True)
             for i, (source, (text, score)) in enumerate(rows):
                 if keep[i]:
-                    for out, value in zip(outs, (source, text, score), strict=True):
+                    for out, value in zip(outs, (source, text, f"{score:.4f}"), strict=True):
                         out.write(value + "\n")
     except ValueError:  # zip's: one of them ended first
         why = f"the translations do not match {cfg.src} line for line"
@@ -155,12 +160,20 @@ def write_training_pairs(cfg: DistillConfig, key: dict, folder: Path, parts: Pat
     return folder / "train.src", folder / "train.tgt"
 
 
-def teacher_rows(parts: Path) -> Iterator[tuple[str, str]]:
-    """(translation, score) of each source line, in corpus order, read from the parts."""
+def teacher_rows(parts: Path) -> Iterator[tuple[str, float]]:
+    """(translation, score) of each source line, in corpus order, read from the parts; a line
+    that is not translation TAB score (a damaged part) is one error naming it."""
     for part in sorted(parts.glob("*.tsv")):
-        for line in read_lines(part):
-            text, _, score = line.rpartition("\t")
-            yield text, score
+        for number, line in enumerate(read_lines(part), 1):
+            text, tab, score = line.rpartition("\t")
+            try:
+                value = float(score) if tab else None
+            except ValueError:
+                value = None
+            if value is None:
+                why = f"{part}:{number}: not a translation TAB its score"
+                raise UserError(f"{why}; remove {parts.parent} and run again")
+            yield text, value
 
 
 def kept_rows(scores: np.ndarray, drop_worst: float) -> np.ndarray:
@@ -222,17 +235,21 @@ def shrunk_state(teacher: Seq2Seq, cfg: ModelConfig) -> dict[str, torch.Tensor] 
     return state
 
 
-def student_start(teacher_dir: str, shape: ModelConfig, out: Path, report) -> Path:
+def student_start(teacher_dir: str, shape: ModelConfig, out: Path, report, fresh: bool) -> Path:
     """OUT/init: a model directory of the student's shape, holding the teacher's weights
-    where they fit (random ones otherwise); kept once written, so a resumed run starts alike."""
-    if (out / CONFIG_FILE).is_file():
-        return out
+    where they fit (random ones otherwise). Kept while it is this shape from this teacher, so
+    a resumed run starts alike; made again when either changed, or when `fresh`."""
     teacher = load_model(teacher_dir)
     vocab = {
         k: getattr(teacher.model.cfg, k)
         for k in ("src_vocab_size", "tgt_vocab_size", "share_embeddings")
     }
     cfg = dataclasses.replace(shape, **vocab)
+    made_from = {"teacher_sha256": files.sha256_of(teacher.path / WEIGHTS_FILE)}
+    if not fresh and (out / CONFIG_FILE).is_file():
+        kept = read_config(out)
+        if kept["model"] == to_dict(cfg) and kept.get("made_from") == made_from:
+            return out
     model = Seq2Seq(cfg)
     if (state := shrunk_state(teacher.model, cfg)) is not None:
         model.load_state_dict(state)
@@ -241,8 +258,9 @@ def student_start(teacher_dir: str, shape: ModelConfig, out: Path, report) -> Pa
     else:
         report(Message("student's widths differ from the teacher's: it starts from random weights"))
     request = SaveRequest(
-        tokenizer_dir=teacher.path, src_lang=teacher.src_lang, tgt_lang=teacher.tgt_lang
-    )
+        tokenizer_dir=teacher.path, src_lang=teacher.src_lang, tgt_lang=teacher.tgt_lang,
+        extra={"made_from": made_from},
+    )  # fmt: skip
     return save_model(model, out, request)
 
 

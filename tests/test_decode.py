@@ -7,8 +7,10 @@ import itertools
 import pytest
 import torch
 
+import mtcli.decoding.stepper as stepper_module
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID
 from mtcli.decoding.search import beam_search, greedy, length_penalty
+from mtcli.decoding.stepper import Stepper
 from mtcli.model.transformer import Seq2Seq
 from tests.conftest import tiny_config
 
@@ -199,3 +201,26 @@ def test_search_with_and_without_cache_agree(tiny_model):
     for a, b in zip(cached, uncached, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+
+
+def test_fused_candidates_equal_topk_of_the_whole_table(tiny_model, monkeypatch):
+    """Stepper.candidates, a few rows at a time (2 here, so rows split across chunks), gives
+    topk of the (N, V) table __call__ builds: the same tokens and log-probabilities, PAD and
+    BOS never chosen, and only EOS (at its own log-probability) on the rows made to end."""
+    monkeypatch.setattr(stepper_module, "ROW_CHUNK", 2)
+    src, mask = _src(tiny_model, [6, 3, 8, 4, 5], seed=7)
+    fused = Stepper(tiny_model, src, mask, 12, use_cache=True)
+    table = Stepper(tiny_model, src, mask, 12, use_cache=True)
+    tokens = torch.zeros(5, 0, dtype=torch.long)
+    eos_only = torch.tensor([False, True, False, False, True])
+    for _ in range(4):
+        values, ids = fused.candidates(tokens, 3, eos_only)
+        log_probs = table(tokens)
+        expected = log_probs.topk(3, dim=-1)
+        assert torch.equal(ids[~eos_only], expected.indices[~eos_only])
+        torch.testing.assert_close(values[~eos_only], expected.values[~eos_only], atol=1e-6, rtol=0)  # fmt: skip
+        assert not bool(((ids == PAD_ID) | (ids == BOS_ID)).any())
+        assert ids[eos_only, 0].tolist() == [EOS_ID, EOS_ID]
+        torch.testing.assert_close(values[eos_only, 0], log_probs[eos_only, EOS_ID], atol=1e-6, rtol=0)  # fmt: skip
+        assert bool(torch.isinf(values[eos_only, 1:]).all())
+        tokens = torch.cat([tokens, expected.indices[:, :1]], dim=1)

@@ -63,8 +63,8 @@ def greedy(
     for step in range(n_steps):
         so_far = tokens[rows, :step]  # (N, step)
         shown = raw[rows].masked_fill(done, NEG_INF) if tracer is not None else None
-        log_probs = search.log_probs(so_far, step, rows, max_lens[rows], rules, tracer, shown)
-        best_lp, best = log_probs.max(dim=-1)  # (N,)
+        best_lp, best = search.candidates(so_far, step, rows, max_lens[rows], 1, rules, tracer, shown)  # fmt: skip
+        best_lp, best = best_lp[:, 0], best[:, 0]  # (N,)
         live = rows[~done]
         tokens[live, step] = best[~done]
         raw[live] += best_lp[~done]
@@ -212,10 +212,9 @@ def beam_search(
     for step in range(search.n_steps):
         so_far, sentence, shown = beams.rows(step)
         limit = max_lens if step == 0 else row_max  # max_lens >= 1: no EOS is forced at step 0
-        log_probs = search.log_probs(so_far, step, sentence, limit, rules, tracer, shown)
         # a sentence's k best continuations are among the k best of each of its beams, so
         # the search looks at k*k candidates, not k*V (no (Ba, k*V) sum to build and scan)
-        row_raw, row_token = log_probs.topk(min(k, log_probs.size(-1)), dim=-1)  # (rows, kk)
+        row_raw, row_token = search.candidates(so_far, step, sentence, limit, k, rules, tracer, shown)  # fmt: skip
         if step == 0:
             row_raw, row_token = row_raw.index_select(0, widen), row_token.index_select(0, widen)
             stepper.select(widen)

@@ -431,7 +431,18 @@ class Seq2Seq(nn.Module):
         src_mask: Tensor,
         cache: KVCache | None = None,
     ) -> Tensor:
-        """tgt_ids (B, T), memory (B, S, D), src_mask (B, S) -> logits (B, T, V).
+        """tgt_ids (B, T), memory (B, S, D), src_mask (B, S) -> logits (B, T, V)."""
+        return self.out_proj(self.decode_states(tgt_ids, memory, src_mask, cache))  # (B, T, V)
+
+    def decode_states(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor | None,
+        src_mask: Tensor,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """tgt_ids (B, T), memory (B, S, D), src_mask (B, S) -> the decoder's last states
+        (B, T, D), before the output projection (which a search may apply a few rows at a time).
 
         With a cache, tgt_ids holds only the new token(s) after `cache.length` earlier ones,
         and memory may be None once the cache holds the cross-attention keys/values.
@@ -445,7 +456,7 @@ class Seq2Seq(nn.Module):
             x = block(x, memory, mask, layer=layer, cache=cache)
         if cache is not None:
             cache.length += tgt_ids.size(1)
-        return self.out_proj(self.decoder_norm(x))  # (B, T, V)
+        return self.decoder_norm(x)  # (B, T, D)
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
         """Teacher forcing: src_ids (B, S), tgt_ids (B, T) -> logits (B, T, V)."""

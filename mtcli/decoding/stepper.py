@@ -23,7 +23,8 @@ NEG_INF = float("-inf")
 # The (rows, V) tables were a beam-5 pass's largest tensors (at 1,140 rows and V = 6,000, three
 # of 27 MB alive at once: the last step's log-probabilities, this step's logits and theirs);
 # 128 rows take 3 MB. Over the 2,000 Tatoeba test lines (en-zh-tiny, fp32, fresh processes,
-# fastest of 3): peak RSS 550 -> 436 MiB, decode 4.34 -> 4.17 s; 256 rows: 453 MiB, 4.31 s
+# fastest of 3): peak RSS 550 -> 436 MiB, decode 4.34 -> 4.17 s; 256 rows: 453 MiB, 4.31 s.
+# An int8 model's dynamic quantization takes its activation scale per chunk, not per step.
 ROW_CHUNK = 128
 
 

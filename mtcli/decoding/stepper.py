@@ -192,8 +192,8 @@ class Stepper:
         tokens (N, t) -> (N, k) each. Rows where eos_only (N,) is set may only end.
 
         The same numbers as topk over __call__'s table, without ever holding that (N, V) table:
-        the output projection, log-softmax and top-k run ROW_CHUNK rows at a time, in buffers
-        that stay the same size from step to step.
+        the output projection, log-softmax and top-k run ROW_CHUNK rows at a time, on tables of
+        one size at every step (so the allocator hands the same blocks back).
         """
         model, cache = self.models[0], self.caches[0]
         states = model.decode_states(self._fed(tokens), self.memories[0], self.src_mask, cache)
@@ -207,6 +207,8 @@ class Stepper:
             best = log_probs.topk(k, dim=-1)  # (C, k) each
             values.append(best.values)
             ids.append(best.indices)
+        if len(values) == 1:  # most steps of a small batch: no copy
+            return values[0], ids[0]
         return torch.cat(values), torch.cat(ids)
 
     def reorder(self, rows: Tensor) -> None:

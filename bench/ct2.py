@@ -57,10 +57,12 @@ else:
     limit_kernel_caches()  # as mtcli translate does (engines.build.prepare_decoding)
     keep_freed_memory()
     from mtcli.store.checkpoint import load_model
+    from mtcli.engines.build import decoding_only
     from mtcli.engines.translator import Translator, quantize_int8
     imported = rss_mb("VmRSS:")
     loaded = load_model(model)
-    net = quantize_int8(loaded.model) if int8 == "1" else loaded.model
+    # as mtcli translate decodes: int8, or fp32 with the weights in oneDNN's layout alone
+    net = quantize_int8(loaded.model) if int8 == "1" else decoding_only(loaded).model
     del loaded.model
     t = Translator(net, loaded.tokenizer, cfg)
 t.translate_chunk(lines[:50])  # warm-up: first-call costs out of the timing

@@ -10,7 +10,8 @@ bytes free but kept) and the highest "in use" a sampling thread saw every 2 ms. 
 `--batch-tokens` (8000, the default; 4000; 2000); freed memory kept for reuse
 (device.keep_freed_memory, mtcli's default) with blocks from 32 MiB (the default), 4 MiB or
 2 MiB in mappings of their own, which go back to the kernel when freed, or glibc's own
-defaults; and MALLOC_ARENA_MAX=1 (one glibc arena for every thread). Writes
+defaults; MALLOC_ARENA_MAX=1 (one glibc arena for every thread); and the Linear weights'
+plain copies kept beside oneDNN's packed ones (as before engines.build.decoding_only). Writes
 bench/results/memory.json.
 """
 
@@ -34,6 +35,7 @@ SETTINGS = {  # name: (batch tokens, glibc's own-mapping threshold in MiB or Non
     "8000 tokens, own mappings from 2 MiB": (8000, 2, {}),
     "8000 tokens, glibc's defaults (freed returned)": (8000, None, {}),
     "8000 tokens, MALLOC_ARENA_MAX=1": (8000, 32, {"MALLOC_ARENA_MAX": "1"}),
+    "8000 tokens, plain weights kept beside oneDNN's": (8000, 32, {"BENCH_PLAIN_WEIGHTS": "1"}),
     "4000 tokens": (4000, 32, {}),
     "2000 tokens": (2000, 32, {}),
 }
@@ -57,9 +59,11 @@ def heap():
     return {"heap": (m.arena + m.hblkhd) >> 20, "in_use": (m.uordblks + m.hblkhd) >> 20,
             "free_kept": m.fordblks >> 20}
 
+import os
 import torch
 from mtcli.config import DecodeConfig
 import mtcli.device as device
+from mtcli.engines.build import decoding_only
 from mtcli.engines.translator import Translator
 from mtcli.store.checkpoint import load_model
 torch.set_num_threads(2)
@@ -69,6 +73,8 @@ if threshold:  # 0: glibc's own defaults, as a library caller that never asks wo
     device.keep_freed_memory()
 record = {"imports_mb": rss("VmRSS:")}
 loaded = load_model(model)
+if not os.environ.get("BENCH_PLAIN_WEIGHTS"):  # mtcli translate keeps only the packed copies
+    decoding_only(loaded)
 t = Translator(loaded.model, loaded.tokenizer, DecodeConfig(beam_size=5, batch_tokens=batch))
 record["loaded_mb"], record["loaded_heap"] = rss("VmRSS:"), heap()
 lines = Path(src).read_text(encoding="utf-8").splitlines()

@@ -6,12 +6,13 @@ import json
 import math
 import subprocess
 import sys
+from copy import deepcopy as copy_module
 
 import pytest
 import torch
 
 from mtcli.errors import UserError
-from mtcli.model.linear import Linear, onednn_available
+from mtcli.model.linear import Linear, keep_only_packed_weights, onednn_available
 from mtcli.model.transformer import SelfAttention, Seq2Seq, attend, sinusoidal_positions
 from mtcli.store.checkpoint import SaveRequest, load_model, save_model
 from tests.conftest import tiny_config
@@ -361,6 +362,49 @@ def test_linear_inference_path_matches_float64_and_follows_weight_changes():
     torch.testing.assert_close(after - layer.bias, 2 * (before - layer.bias), atol=1e-5, rtol=1e-5)
     # the path under test is the one taken
     assert layer._uses_onednn(x, x.numel() // 96) == onednn_available()
+
+
+@pytest.mark.skipif(not onednn_available(), reason="oneDNN's packed weights: x86 only")
+def test_packed_only_linear_matches_float64_at_any_row_count_and_frees_the_plain_weight():
+    """A Linear kept only in oneDNN's layout pads its rows to ROW_MULTIPLE: for row counts
+    below, at and past a multiple (1 to 33, and batched shapes) it still equals x Wᵀ + b in
+    float64 on the original weight, whose data is gone (a meta tensor of the same shape)."""
+    torch.manual_seed(3)
+    layer = Linear(96, 128)
+    weight, bias = layer.weight.detach().clone().double(), layer.bias.detach().double()
+    assert layer.keep_only_packed()
+    assert layer.weight.is_meta and layer.weight.shape == (128, 96)
+    shapes = [(rows, 96) for rows in (1, 5, 15, 16, 17, 31, 32, 33)] + [(3, 7, 96), (2, 40, 96)]
+    for shape in shapes:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            got = layer(x)
+        expected = (x.double() @ weight.T + bias).float()
+        assert got.shape == expected.shape
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    copy = copy_module(layer)  # a copied layer decodes alike (it shares the packed weight)
+    x = torch.randn(9, 96)
+    with torch.no_grad():
+        torch.testing.assert_close(copy(x), layer(x))
+
+
+@pytest.mark.skipif(not onednn_available(), reason="oneDNN's packed weights: x86 only")
+def test_keep_only_packed_weights_keeps_tied_weights_and_the_model_decodes_alike(tiny_model):
+    """Every Linear weight that nothing else holds is freed; the output projection, tied to the
+    target embedding, stays; the model's log-probabilities equal those of its untouched copy."""
+    model = tiny_model.eval()
+    reference = copy_module(model)
+    torch.manual_seed(4)
+    src = torch.randint(4, model.cfg.src_vocab_size, (3, 9))
+    tgt = torch.randint(4, model.cfg.tgt_vocab_size, (3, 6))
+    freed = keep_only_packed_weights(model)
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
+    assert freed == len(linears) - 1  # all but the tied output projection
+    assert not model.out_proj.weight.is_meta and model.out_proj.weight is model.tgt_embed.weight
+    assert all(m.weight.is_meta for m in linears if m is not model.out_proj)
+    with torch.no_grad():
+        got, expected = model(src, tgt), reference(src, tgt)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("bf16", [False, True])

@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,8 +17,10 @@ from click.testing import CliRunner
 from mtcli.cli import main
 from mtcli.config import DecodeConfig
 from mtcli.data.textio import read_chunks
+from mtcli.engines.build import EngineOptions, build_translator
 from mtcli.engines.translator import Translator, quantize_int8
 from mtcli.errors import UserError
+from mtcli.model.linear import Linear, onednn_available
 from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO, run_mtcli, write_lines
 
@@ -126,6 +129,31 @@ def test_chunked_translation_keeps_order(copy_model_dir, copy_lines):
     )
     results = [t.text for t in translator.translate_stream(copy_lines)]
     assert results == copy_lines
+
+
+@pytest.mark.skipif(not onednn_available(), reason="oneDNN's packed weights: x86 only")
+def test_a_model_loaded_to_translate_keeps_only_packed_weights_and_scores_alike(
+    copy_model_dir, copy_lines
+):
+    """build_translator loads a model from its directory with each Linear weight only in
+    oneDNN's layout (the tied output projection kept): n-best outputs and scores equal those of
+    a Translator over the same model loaded untouched; int8 leaves the weights to torch.ao."""
+    cfg = DecodeConfig(beam_size=3, nbest=3)
+    options = EngineOptions(device="cpu", text_layer=False)
+    packed = build_translator([copy_model_dir], cfg, options)
+    linears = [m for m in packed.models[0].modules() if isinstance(m, Linear)]
+    assert sum(m.weight.is_meta for m in linears) == len(linears) - 1
+    loaded = load_model(copy_model_dir)
+    plain = Translator(loaded.model, loaded.tokenizer, cfg)
+    for got, expected in zip(
+        packed.translate_chunk(copy_lines), plain.translate_chunk(copy_lines), strict=True
+    ):
+        assert [text for text, _ in got.nbest] == [text for text, _ in expected.nbest]
+        assert [score for _, score in got.nbest] == pytest.approx(
+            [s for _, s in expected.nbest], abs=1e-4
+        )
+    int8 = build_translator([copy_model_dir], cfg, replace(options, quantize="int8"))
+    assert not any(p.is_meta for p in int8.models[0].parameters())
 
 
 def test_int8_quantizes_every_linear_layer(tiny_model):

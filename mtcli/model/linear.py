@@ -24,6 +24,11 @@ from torch import Tensor, nn
 # with every product through oneDNN, 15.2 s with none, 15.7 s with this threshold
 MIN_ONEDNN_MACS = 1 << 20
 
+# a Linear holding only its packed weight pads its input to a multiple of this many rows, so
+# that oneDNN meets a few shapes (it compiles a kernel for each, ~0.5 ms, and keeps 16): the
+# rows shrink at nearly every decoding step as sentences finish
+ROW_MULTIPLE = 16
+
 
 @functools.cache
 def onednn_available() -> bool:
@@ -48,14 +53,22 @@ class _Packed:
     def __init__(self) -> None:
         self.tensor: Tensor | None = None
         self.source: tuple[int, int] | None = None  # (data pointer, version) of the weight
+        self.only = False  # the plain weight is gone (Linear.keep_only_packed)
 
     def __deepcopy__(self, memo) -> _Packed:
+        if self.only:  # nothing left to pack from: the copy shares the packed weight
+            copy = _Packed()
+            copy.tensor, copy.only = self.tensor, True
+            return copy
         return _Packed()
 
     def clear(self) -> None:
-        self.tensor, self.source = None, None
+        if not self.only:
+            self.tensor, self.source = None, None
 
     def get(self, weight: Tensor) -> Tensor:
+        if self.only:
+            return self.tensor
         source = (weight.data_ptr(), weight._version)
         if self.source != source:
             self.tensor = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
@@ -66,6 +79,35 @@ class _Packed:
 def _onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """x (M, in) Wᵀ + b through oneDNN; weight (out, in), packed or plain -> (M, out)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def _padded_onednn_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    """x (M, in) through oneDNN on a packed weight, M padded with zero rows to a multiple of
+    ROW_MULTIPLE -> (M, out)."""
+    rows = x.size(0)
+    padded_rows = -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE
+    if padded_rows == rows:
+        return _onednn_linear(x, packed, bias)
+    padded = x.new_zeros(padded_rows, x.size(1))
+    padded[:rows] = x
+    return _onednn_linear(padded, packed, bias)[:rows]
+
+
+def keep_only_packed_weights(model: nn.Module) -> int:
+    """Free the plain copy of every Linear weight in `model` that nothing else holds (a weight
+    tied to an embedding stays); the model then only decodes. Returns how many were freed.
+
+    Why: in inference oneDNN reads only its packed copy, so the plain one was dead weight, 21 MB
+    of the shipped models' 28; the matmuls it served (steps with too few rows for oneDNN to
+    pay) take oneDNN on padded rows instead.
+    """
+    holders: dict[int, int] = {}
+    for module in model.modules():
+        for param in module._parameters.values():
+            if param is not None:
+                holders[id(param)] = holders.get(id(param), 0) + 1
+    linears = [m for m in model.modules() if isinstance(m, Linear) and holders[id(m.weight)] == 1]
+    return sum(m.keep_only_packed() for m in linears)
 
 
 class _TrainingLinear(torch.autograd.Function):
@@ -103,6 +145,9 @@ class Linear(nn.Linear):
             # without bumping their version, the one change the check in _Packed.get misses
             self._packed.clear()
         rows = x.numel() // max(x.size(-1), 1)
+        if self._packed.only:  # decoding only: oneDNN at any size (MKL had the plain weight)
+            y = _padded_onednn_linear(x.reshape(rows, -1), self._packed.tensor, self.bias)
+            return y.view(*x.shape[:-1], -1)
         if not self._uses_onednn(x, rows):  # bf16 autocast training goes here
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(rows, -1)  # (M, in)
@@ -111,6 +156,19 @@ class Linear(nn.Linear):
         else:
             y = _onednn_linear(flat, self._packed.get(self.weight), self.bias)
         return y.view(*x.shape[:-1], -1)
+
+    def keep_only_packed(self) -> bool:
+        """Pack the weight for inference and free its plain copy (on CPU in fp32, where oneDNN
+        is available); returns whether it did. Afterwards the layer only decodes: its weight
+        Parameter is a meta tensor of the same shape (no data, nothing to save or train)."""
+        weight = self.weight
+        on_cpu_fp32 = weight.device.type == "cpu" and weight.dtype == torch.float32
+        if not (on_cpu_fp32 and onednn_available()):
+            return False
+        self._packed.get(weight)
+        self._packed.only = True
+        self.weight = nn.Parameter(torch.empty(weight.shape, device="meta"), requires_grad=False)
+        return True
 
     def _uses_onednn(self, x: Tensor, rows: int) -> bool:
         return (

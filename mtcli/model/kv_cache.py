@@ -82,15 +82,20 @@ class KVCache:
     def _grow(self, end: int, like: Tensor) -> None:
         """New buffers for at least `end` positions, holding the filled ones (all layers at once:
         layer 0 grows the cache before the other layers append at this step)."""
-        old, n = self.buffers, self.length
+        n, H, K = self.length, *self.heads
+        self.spare = None  # the next gather makes one of the new size
         self.capacity = min(self.max_len, max(end, self.capacity + self.GROWTH))
-        H, K = self.heads
         size = self.capacity * self.rows * H * K
-        self.buffers = [like.new_empty(size) for _ in range(2 * self.n_layers)]
-        for flat, previous in zip(self.buffers, old, strict=False):  # none at the first append
+        if not self.buffers:  # the first append
+            self.buffers = [like.new_empty(size) for _ in range(2 * self.n_layers)]
+            return
+        # one buffer at a time, each old one freed before the next new one is made: at most one
+        # old buffer lives beside the new ones, not all of them
+        for i, previous in enumerate(self.buffers):
             filled = previous[: n * self.rows * H * K].view(n, self.rows, H, K)
-            self._positions(flat, self.rows)[:n] = filled
-        self.spare = None
+            self.buffers[i] = like.new_empty(size)
+            self._positions(self.buffers[i], self.rows)[:n] = filled
+            del previous, filled
 
     @torch.no_grad()  # a cache serves decoding; index_select(out=...) takes no autograd
     def _gather_self(self, indices: Tensor) -> None:

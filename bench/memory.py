@@ -64,7 +64,7 @@ import torch
 from mtcli.config import DecodeConfig
 import mtcli.device as device
 from mtcli.engines.build import decoding_only
-from mtcli.engines.translator import Translator
+from mtcli.engines.translator import Translator, quantize_int8
 from mtcli.store.checkpoint import load_model
 torch.set_num_threads(2)
 device.limit_kernel_caches()
@@ -73,7 +73,9 @@ if threshold:  # 0: glibc's own defaults, as a library caller that never asks wo
     device.keep_freed_memory()
 record = {"imports_mb": rss("VmRSS:")}
 loaded = load_model(model)
-if not os.environ.get("BENCH_PLAIN_WEIGHTS"):  # mtcli translate keeps only the packed copies
+if os.environ.get("BENCH_INT8"):  # --quantize int8
+    quantize_int8(loaded.model)
+elif not os.environ.get("BENCH_PLAIN_WEIGHTS"):  # mtcli translate keeps only the packed copies
     decoding_only(loaded)
 t = Translator(loaded.model, loaded.tokenizer, DecodeConfig(beam_size=5, batch_tokens=batch))
 record["loaded_mb"], record["loaded_heap"] = rss("VmRSS:"), heap()

@@ -162,9 +162,23 @@ def test_int8_quantizes_every_linear_layer(tiny_model):
     linears = [name for name, m in tiny_model.named_modules() if isinstance(m, torch.nn.Linear)]
     quantize_int8(tiny_model)
     dynamic = torch.ao.nn.quantized.dynamic.Linear
-    kinds = {name: type(m) for name, m in tiny_model.named_modules() if name in linears}
-    assert kinds == dict.fromkeys(linears, dynamic)
+    kinds = {name: type(m).__mro__[1] for name, m in tiny_model.named_modules() if name in linears}
+    assert kinds == dict.fromkeys(linears, dynamic)  # each one is torch.ao's, on padded rows
     assert not any(isinstance(m, torch.nn.Linear) for m in tiny_model.modules())
+
+
+def test_int8_linear_on_padded_rows_equals_torch_ao_on_the_rows_themselves(tiny_model):
+    """The int8 Linear pads its rows to ROW_MULTIPLE: for row counts below, at and past a
+    multiple, its output is exactly torch.ao's dynamic int8 Linear on the unpadded input."""
+    quantize_int8(tiny_model)
+    layer = tiny_model.out_proj
+    own_forward = torch.ao.nn.quantized.dynamic.Linear.forward
+    torch.manual_seed(5)
+    for shape in [(1, 32), (5, 32), (16, 32), (17, 32), (33, 32), (3, 7, 32)]:
+        x = torch.randn(*shape) * 3
+        with torch.no_grad():
+            got, expected = layer(x), own_forward(layer, x)
+        assert got.shape == expected.shape and torch.equal(got, expected)
 
 
 def test_int8_quantized_translation(copy_model_dir, copy_lines):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import platform
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,9 +25,10 @@ from torch import Tensor, nn
 # with every product through oneDNN, 15.2 s with none, 15.7 s with this threshold
 MIN_ONEDNN_MACS = 1 << 20
 
-# a Linear holding only its packed weight pads its input to a multiple of this many rows, so
-# that oneDNN meets a few shapes (it compiles a kernel for each, ~0.5 ms, and keeps 16): the
-# rows shrink at nearly every decoding step as sentences finish
+# a Linear holding only its packed weight (and an int8 one) pads its input to a multiple of
+# this many rows: the rows shrink at nearly every decoding step as sentences finish, and so
+# oneDNN meets a few shapes (it compiles a kernel for each, ~0.5 ms, and keeps 16) and the
+# allocator sees a few sizes (int8's blocks of ever new sizes fragmented the heap: see README)
 ROW_MULTIPLE = 16
 
 
@@ -81,16 +83,18 @@ def _onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-def _padded_onednn_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
-    """x (M, in) through oneDNN on a packed weight, M padded with zero rows to a multiple of
-    ROW_MULTIPLE -> (M, out)."""
-    rows = x.size(0)
+def with_rows_padded(linear: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """linear(x) for x (..., in), its rows padded with zeros to a multiple of ROW_MULTIPLE and
+    the padding cut off again -> (..., out). For row-wise maps only: each output row depends
+    on its input row alone (and a zero row moves no dynamic int8 scale: its range holds 0)."""
+    flat = x.reshape(-1, x.size(-1))  # (M, in)
+    rows = flat.size(0)
     padded_rows = -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE
-    if padded_rows == rows:
-        return _onednn_linear(x, packed, bias)
-    padded = x.new_zeros(padded_rows, x.size(1))
-    padded[:rows] = x
-    return _onednn_linear(padded, packed, bias)[:rows]
+    if padded_rows != rows:
+        padded = flat.new_zeros(padded_rows, flat.size(1))
+        padded[:rows] = flat
+        flat = padded
+    return linear(flat)[:rows].view(*x.shape[:-1], -1)
 
 
 def keep_only_packed_weights(model: nn.Module) -> int:
@@ -146,8 +150,9 @@ class Linear(nn.Linear):
             self._packed.clear()
         rows = x.numel() // max(x.size(-1), 1)
         if self._packed.only:  # decoding only: oneDNN at any size (MKL had the plain weight)
-            y = _padded_onednn_linear(x.reshape(rows, -1), self._packed.tensor, self.bias)
-            return y.view(*x.shape[:-1], -1)
+            return with_rows_padded(
+                lambda flat: _onednn_linear(flat, self._packed.tensor, self.bias), x
+            )
         if not self._uses_onednn(x, rows):  # bf16 autocast training goes here
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(rows, -1)  # (M, in)

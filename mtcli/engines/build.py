@@ -86,11 +86,11 @@ def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, dev
     from mtcli.store.checkpoint import load_ensemble
     from mtcli.store.model_dir import generation_defaults
 
-    loaded = load_ensemble(models, device) if isinstance(models[0], Path) else list(models)
+    loaded_here = isinstance(models[0], Path)  # for this translator alone: nothing else reads them
+    loaded = load_ensemble(models, device) if loaded_here else list(models)
     nets = [quantize_int8(m.model) if options.quantize == "int8" else m.model for m in loaded]
-    if isinstance(models[0], Path) and options.quantize != "int8":
-        for one in loaded:  # loaded here for this translator alone: nothing else reads its weights
-            decoding_only(one)
+    if loaded_here and options.quantize != "int8":
+        nets = [decoding_only(m).model for m in loaded]
     tokenizer, first = loaded[0].tokenizer, loaded[0]
     cfg = cfg.with_generation(generation_defaults(first.config))  # an ensemble: the first's
     translator = Translator(

@@ -4,7 +4,8 @@ Why: torch's fp32 CPU matmul calls MKL, and MKL takes its AVX2 code on AMD proce
 (which torch also ships, and uses for bf16) takes AVX-512 on both. Measured on this project's
 2-core AMD EPYC: 190 against 450 GFLOP/s at the decoder's GEMM shapes, the same results to
 ~1e-6 relative. In inference the weight is reordered once into oneDNN's blocked layout and kept
-(re-packed if it changes); in training the forward and both backward matmuls go through
+(re-packed if it changes; a model loaded only to decode keeps no plain copy:
+keep_only_packed_weights); in training the forward and both backward matmuls go through
 oneDNN on the plain weight (an autograd Function). bf16 autocast, other dtypes and devices
 take nn.Linear's own path. Knows nothing about the Transformer. oneDNN's kernel caches are
 kept small by the commands that decode or train (mtcli.device.limit_kernel_caches).

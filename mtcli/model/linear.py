@@ -26,10 +26,11 @@ from torch import Tensor, nn
 # with every product through oneDNN, 15.2 s with none, 15.7 s with this threshold
 MIN_ONEDNN_MACS = 1 << 20
 
-# a Linear holding only its packed weight (and an int8 one) pads its input to a multiple of
-# this many rows: the rows shrink at nearly every decoding step as sentences finish, and so
-# oneDNN meets a few shapes (it compiles a kernel for each, ~0.5 ms, and keeps 16) and the
-# allocator sees a few sizes (int8's blocks of ever new sizes fragmented the heap: see README)
+# the rows shrink at nearly every decoding step as sentences finish. An int8 Linear pads its
+# input to a multiple of this many rows, so that the allocator sees a few sizes (its blocks of
+# ever new sizes fragmented the heap: see README); a Linear holding only its packed weight pads
+# inputs of fewer rows to this many (those had taken MKL on the plain weight; oneDNN compiles
+# a kernel for each new shape). Padding every fp32 input to a multiple was ~10% slower.
 ROW_MULTIPLE = 16
 
 
@@ -150,14 +151,14 @@ class Linear(nn.Linear):
             # without bumping their version, the one change the check in _Packed.get misses
             self._packed.clear()
         rows = x.numel() // max(x.size(-1), 1)
-        if self._packed.only:  # decoding only: oneDNN at any size (MKL had the plain weight)
+        if self._packed.only and rows < ROW_MULTIPLE:  # where MKL had taken the plain weight
             return with_rows_padded(
                 lambda flat: _onednn_linear(flat, self._packed.tensor, self.bias), x
             )
-        if not self._uses_onednn(x, rows):  # bf16 autocast training goes here
+        if not self._packed.only and not self._uses_onednn(x, rows):  # bf16 autocast training
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(rows, -1)  # (M, in)
-        if training:  # the weight changes at every step: not packed
+        if training and not self._packed.only:  # the weight changes at every step: not packed
             y = _TrainingLinear.apply(flat, self.weight, self.bias)
         else:
             y = _onednn_linear(flat, self._packed.get(self.weight), self.bias)

@@ -88,9 +88,10 @@ def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, dev
 
     loaded_here = isinstance(models[0], Path)  # for this translator alone: nothing else reads them
     loaded = load_ensemble(models, device) if loaded_here else list(models)
-    nets = [quantize_int8(m.model) if options.quantize == "int8" else m.model for m in loaded]
-    if loaded_here and options.quantize != "int8":
-        nets = [decoding_only(m).model for m in loaded]
+    if options.quantize == "int8":
+        nets = [quantize_int8(m.model) for m in loaded]
+    else:
+        nets = [decoding_only(m).model if loaded_here else m.model for m in loaded]
     tokenizer, first = loaded[0].tokenizer, loaded[0]
     cfg = cfg.with_generation(generation_defaults(first.config))  # an ensemble: the first's
     translator = Translator(

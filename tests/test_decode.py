@@ -7,12 +7,14 @@ import itertools
 import pytest
 import torch
 
+import mtcli.decoding.search as search_module
 import mtcli.decoding.stepper as stepper_module
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID
 from mtcli.decoding.search import beam_search, greedy, length_penalty
 from mtcli.decoding.stepper import Stepper
 from mtcli.model.transformer import Seq2Seq
-from tests.conftest import tiny_config
+from mtcli.store.checkpoint import load_model
+from tests.conftest import REPO, TATOEBA, tiny_config
 
 
 def _src(model, lengths, seed=0):
@@ -201,6 +203,33 @@ def test_search_with_and_without_cache_agree(tiny_model):
     for a, b in zip(cached, uncached, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+
+
+def test_dropping_finished_beams_rows_changes_no_result(monkeypatch):
+    """Beam search decodes only live beams once some have finished (the shipped model on real
+    sentences, where beams end at different steps); its n-best lists and scores are those of
+    the search that keeps a row for every beam, cached and uncached."""
+    loaded = load_model(REPO / "models" / "en-zh-tiny")
+    lines = (TATOEBA / "test.en").read_text(encoding="utf-8").splitlines()[:40]
+    ids = [loaded.tokenizer.encode_src(line) for line in lines]
+    width = max(map(len, ids))
+    src = torch.tensor([row + [PAD_ID] * (width - len(row)) for row in ids])
+    mask = src != PAD_ID
+    placed = []
+    place_beams = Stepper.place_beams
+    spy = lambda self, rows: placed.append(rows) or place_beams(self, rows)  # noqa: E731
+    monkeypatch.setattr(Stepper, "place_beams", spy)
+    for use_cache in (True, False):
+        dropped = beam_search(loaded.model, src, mask, beam_size=5, nbest=5, use_cache=use_cache)
+        assert any(rows is not None for rows in placed)  # some steps decoded fewer rows
+        with monkeypatch.context() as keep:
+            keep.setattr(search_module._Rows, "DROP_FINISHED", False)
+            placed.clear()
+            kept = beam_search(loaded.model, src, mask, beam_size=5, nbest=5, use_cache=use_cache)
+            assert all(rows is None for rows in placed)
+        for a, b in zip(dropped, kept, strict=True):
+            assert [h.tokens for h in a] == [h.tokens for h in b]
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-6)
 
 
 def test_fused_candidates_equal_topk_of_the_whole_table(tiny_model, monkeypatch):

@@ -3,9 +3,10 @@ the CLI.
 
 The encoder runs once per batch; the decoder runs one token per step through an explicit
 KVCache, feeding each chosen token back in (stepper.py: what every search sets up the same
-way). Beam search keeps batch x beam rows in one tensor: no Python loop over sentences or beams
-inside a step. Each search takes StepRules (a forced prefix, banned repeated n-grams) and
-optionally a Tracer that records each step for a reader to watch (steering.py).
+way). Beam search keeps batch x beam beams in one tensor: no Python loop over sentences or
+beams inside a step; the decoder runs only on the live ones (_Rows). Each search takes
+StepRules (a forced prefix, banned repeated n-grams) and optionally a Tracer that records each
+step for a reader to watch (steering.py).
 
 Scores are sums of log-probabilities divided by the GNMT length penalty
 lp(n) = ((5 + n) / 6) ** alpha, where n counts the output tokens including EOS.
@@ -27,6 +28,7 @@ from mtcli.decoding.stepper import (
     length_penalty,
     strip_special,
 )
+from mtcli.model.kv_cache import BeamRows
 
 
 @torch.inference_mode()
@@ -207,27 +209,28 @@ def beam_search(
     )  # fmt: skip
     stepper, max_lens = search.stepper, search.max_lens
     beams = _Beams(B, k, search.n_steps, src_ids.device)
-    widen = torch.arange(B, device=src_ids.device).repeat_interleave(k)  # (B*k,)
+    # a recorded or traced search keeps a row for every beam, so that rows stay put
+    keep_all = search.recorder is not None or tracer is not None
+    rows = _Rows(B, k, keep_all, src_ids.device)
     row_max = max_lens.repeat_interleave(k)  # (B*k,)
     for step in range(search.n_steps):
         so_far, sentence, shown = beams.rows(step)
         limit = max_lens if step == 0 else row_max  # max_lens >= 1: no EOS is forced at step 0
+        so_far, sentence, limit, shown = rows.of_this_step(so_far, sentence, limit, shown)
         # a sentence's k best continuations are among the k best of each of its beams, so
         # the search looks at k*k candidates, not k*V (no (Ba, k*V) sum to build and scan)
         row_raw, row_token = search.candidates(so_far, step, sentence, limit, k, rules, tracer, shown)  # fmt: skip
-        if step == 0:
-            row_raw, row_token = row_raw.index_select(0, widen), row_token.index_select(0, widen)
-            stepper.select(widen)
-        rows = beams.extend(step, row_raw, row_token, alpha, tracer)
+        parents = beams.extend(step, *rows.per_beam(row_raw, row_token), alpha, tracer).view(-1)
         done = _sentences_done(beams.alive_raw, beams.fin_scores, max_lens, nbest, alpha) | (
             step >= max_lens
         )
         if bool(done.all()):
             break
-        if search.recorder is not None or not bool(done.any()):
-            stepper.reorder(rows.view(-1))
-        else:
-            max_lens, row_max = _depart(beams, done, rows, stepper, max_lens, row_max)
+        stay = None
+        if search.recorder is None and bool(done.any()):  # done sentences leave the batch
+            stay, stay_beams = beams.leave(done)
+            parents, max_lens, row_max = parents[stay_beams], max_lens[stay], row_max[stay_beams]
+        rows.follow(parents, beams.alive_raw, stepper, stay)
     results = beams.results(nbest)
     if search.recorder is not None:
         src_lens = src_mask.sum(dim=1).tolist()
@@ -235,14 +238,53 @@ def beam_search(
     return results
 
 
-def _depart(beams: _Beams, done: Tensor, rows: Tensor, stepper, max_lens: Tensor, row_max: Tensor):
-    """Done sentences leave the batch: their beams, limits and decoder rows. Returns the limits
-    of the sentences that stay, per sentence and per row."""
-    stay, stay_rows = beams.leave(done)
-    # back-pointers and departures in one gather: row stay_rows[i] continues rows[stay_rows[i]],
-    # a row of the same sentence (so the same cross K/V)
-    stepper.select(rows.view(-1)[stay_rows], stay)
-    return max_lens[stay], row_max[stay_rows]
+class _Rows:
+    """Which beams the decoder rows hold. A beam that has finished keeps its place among the
+    sentence's k (beams of a sentence stay adjacent) but loses its row: the next steps decode
+    live beams only. Over the 2,000 Tatoeba test lines at beam 5, 12% of the beams' steps were
+    of finished ones. The search's results are the same either way: a finished beam's score
+    is -inf, so nothing it would continue into is kept.
+
+    Step 0 has one row per sentence (all its beams would start from the same BOS).
+    """
+
+    DROP_FINISHED = True  # False keeps a row for every beam (tests compare the two)
+
+    def __init__(self, B: int, k: int, keep_all: bool, device: torch.device):
+        self.k, self.keep_all = k, keep_all or not self.DROP_FINISHED
+        # (Ba*k,) the row holding each beam's state; None: beam i is row i
+        self.row_of_beam: Tensor | None = torch.arange(B, device=device).repeat_interleave(k)
+        self.beam_of_row: Tensor | None = None  # (N,) None: step 0, or every beam has a row
+
+    def of_this_step(self, *per_beam: Tensor | None) -> tuple[Tensor | None, ...]:
+        """Tensors with one row per beam (or per sentence at step 0) -> one per decoder row."""
+        if self.beam_of_row is None:
+            return per_beam
+        return tuple(t if t is None else t[self.beam_of_row] for t in per_beam)
+
+    def per_beam(self, *per_row: Tensor) -> tuple[Tensor, ...]:
+        """The rows' candidates (N, kk) -> each beam's (B*k, kk): its row's, or for a finished
+        beam any row's (its -inf score drops them)."""
+        if self.row_of_beam is None:
+            return per_row
+        return tuple(t.index_select(0, self.row_of_beam) for t in per_row)
+
+    def follow(self, parents: Tensor, alive_raw: Tensor, stepper, stay: Tensor | None) -> None:
+        """Rows for the next step: beam i (of (Ba*k,) `parents`, its beam at this step) gets a
+        row continuing its parent's, if it is live (alive_raw (Ba, k) finite) or all are kept;
+        `stay`, the sentences still searching (None: all)."""
+        from_rows = parents if self.row_of_beam is None else self.row_of_beam[parents]
+        live = None if self.keep_all else torch.isfinite(alive_raw.view(-1)).nonzero().squeeze(1)
+        if live is None or live.numel() == parents.numel():
+            stepper.select(from_rows, stay)
+            stepper.place_beams(None)
+            self.row_of_beam = self.beam_of_row = None
+            return
+        stepper.select(from_rows[live], stay)
+        stepper.place_beams(BeamRows.of(live, self.k))
+        self.row_of_beam = torch.zeros_like(parents)
+        self.row_of_beam[live] = torch.arange(live.numel(), device=live.device)
+        self.beam_of_row = live
 
 
 @torch.inference_mode()

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID
-from mtcli.model.kv_cache import AttentionRecord
+from mtcli.model.kv_cache import AttentionRecord, BeamRows
 from mtcli.model.transformer import Seq2Seq
 
 NEG_INF = float("-inf")
@@ -211,11 +211,11 @@ class Stepper:
             return values[0], ids[0]
         return torch.cat(values), torch.cat(ids)
 
-    def reorder(self, rows: Tensor) -> None:
-        """Beam back-pointers: row i continues row rows[i] (within its sentence)."""
+    def place_beams(self, rows: BeamRows | None) -> None:
+        """Tell the caches which beams the rows hold (None: all of each sentence's beams)."""
         for cache in self.caches:
             if cache is not None:
-                cache.reorder(rows)
+                cache.beam_rows = rows
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep decoder rows `rows` and, in the cache, the source K/V of `sentences` (None: all)."""

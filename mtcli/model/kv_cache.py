@@ -27,6 +27,25 @@ class AttentionRecord:
         self.layers.setdefault(layer, []).append(probs.detach())
 
 
+@dataclass
+class BeamRows:
+    """Which beams the decoder rows hold, when beam search has dropped the rows of finished
+    beams: row i is beam slots[i] % group of sentence slots[i] // group (slots ascending, every
+    sentence with at least one row). Cross-attention, which groups each sentence's beams, reads it.
+    """
+
+    slots: Tensor  # (N,) each row's place among the B * group beams
+    group: int  # beams per sentence
+    first_rows: Tensor  # (B,) each sentence's first row
+
+    @classmethod
+    def of(cls, slots: Tensor, group: int) -> BeamRows:
+        sentence = slots // group
+        first = torch.ones_like(sentence, dtype=torch.bool)
+        first[1:] = sentence[1:] != sentence[:-1]
+        return cls(slots, group, first.nonzero().squeeze(1))
+
+
 class KVCache:
     """Keys and values of the decoder's attention, for decoding one token per step.
 
@@ -56,6 +75,7 @@ class KVCache:
         self.cross_v: list[Tensor | None] = [None] * n_layers
         self.record = record  # cross-attention probabilities, when asked for (see AttentionRecord)
         self.self_record: AttentionRecord | None = AttentionRecord() if record is not None else None
+        self.beam_rows: BeamRows | None = None  # None: each sentence's rows are all its beams
 
     def _positions(self, flat: Tensor, rows: int) -> Tensor:
         """Flat storage seen as (T_cap, rows, H, K)."""

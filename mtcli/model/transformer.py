@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtcli.config import PAD_ID, ModelConfig
-from mtcli.model.kv_cache import AttentionRecord, KVCache
+from mtcli.model.kv_cache import AttentionRecord, BeamRows, KVCache
 from mtcli.model.linear import Linear
 
 
@@ -253,6 +253,9 @@ class CrossAttention(_Heads):
         k, v = self._source_keys_values(memory, cache, layer)  # (B, H, S, K)
         g = q.size(0) // k.size(0)
         record = cache.record if cache is not None else None
+        beam_rows = cache.beam_rows if cache is not None else None
+        if beam_rows is not None:  # only live beams have rows: grouped with the others empty
+            return self.merge(self._attend_live_beams(q, k, v, mask, beam_rows, layer))
         if g == 1:
             out = self._attend(q, k, v, mask, record, layer)
         elif record is not None:  # attention traces are per decoder row: one copy per row
@@ -262,6 +265,18 @@ class CrossAttention(_Heads):
             grouped = self._attend(_beams_as_queries(q, g), k, v, mask[::g], None, layer)
             out = _queries_as_beams(grouped, g)
         return self.merge(out)  # (N, T, D)
+
+    def _attend_live_beams(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, rows: BeamRows, layer: int
+    ) -> Tensor:
+        """q (N, H, T, K) of the live beams' rows, k/v (B, H, S, K) -> (N, H, T, K).
+
+        The rows go back to their beams' places among B * g (a finished beam's place gets a
+        zero query, whose output is dropped), so each sentence is one row of g queries."""
+        g = rows.group
+        placed = q.new_zeros(k.size(0) * g, *q.shape[1:]).index_copy_(0, rows.slots, q)
+        grouped = self._attend(_beams_as_queries(placed, g), k, v, mask[rows.first_rows], None, layer)  # fmt: skip
+        return _queries_as_beams(grouped, g).index_select(0, rows.slots)
 
     def _source_keys_values(
         self, memory: Tensor | None, cache: KVCache | None, layer: int

@@ -206,9 +206,10 @@ def test_search_with_and_without_cache_agree(tiny_model):
 
 
 def test_dropping_finished_beams_rows_changes_no_result(monkeypatch):
-    """Beam search decodes only live beams once some have finished (the shipped model on real
-    sentences, where beams end at different steps); its n-best lists and scores are those of
-    the search that keeps a row for every beam, cached and uncached."""
+    """Beam search decodes only live beams once some have finished or can no longer enter the
+    n-best (the shipped model on real sentences, where beams end at different steps); its
+    n-best lists and scores are those of the search that keeps a row for every beam and ends
+    none early, cached and uncached."""
     loaded = load_model(REPO / "models" / "en-zh-tiny")
     lines = (TATOEBA / "test.en").read_text(encoding="utf-8").splitlines()[:40]
     ids = [loaded.tokenizer.encode_src(line) for line in lines]

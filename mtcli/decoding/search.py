@@ -393,7 +393,8 @@ def _hopeless(
     Raw scores are negative and only fall, and the largest penalty is at the longest output,
     so a beam can score at most raw / lp(max_len + 1). That bound only falls with raw, so the
     continuations that could still enter the n-best are all above every hopeless one: ending
-    hopeless beams changes no result, only the rows decoded.
+    hopeless beams changes no result (barring a score exactly equal to the nbest-th), only the
+    rows decoded.
     """
     bound = alive_raw / length_penalty((max_lens[:, None] + 1).float(), alpha)  # -inf: finished
     return bound <= fin_scores[:, nbest - 1 : nbest]  # -inf until nbest have finished

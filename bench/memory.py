@@ -6,7 +6,10 @@ setting (interleaved over `rounds`; fastest time, median memory).
 
 Each process reports its RSS after the imports, after loading the model and after the whole
 pass (and its peak, VmHWM), glibc's heap (mallinfo2: the heap's size, the bytes in use, the
-bytes free but kept) and the highest "in use" a sampling thread saw every 2 ms. Settings:
+bytes free but kept) and the highest "in use" a sampling thread saw every 2 ms; its time is
+the pass after a 50-line warm-up, as in bench/ct2.py (without it, the plain weights' setting
+read 0.87-0.89x the default's time, where interleaved A/Bs with a warm-up found no cost).
+Settings:
 `--batch-tokens` (8000, the default; 4000; 2000); freed memory kept for reuse
 (device.keep_freed_memory, mtcli's default) with blocks from 32 MiB (the default), 4 MiB or
 2 MiB in mappings of their own, which go back to the kernel when freed, or glibc's own
@@ -86,6 +89,7 @@ def sample():
         peak[0] = max(peak[0], heap()["in_use"])
         time.sleep(0.002)
 threading.Thread(target=sample, daemon=True).start()
+t.translate_chunk(lines[:50])  # warm-up, as bench/ct2.py: first-call costs out of the timing
 start = time.perf_counter()
 for i in range(0, len(lines), 1000):
     t.translate_chunk(lines[i:i + 1000])

@@ -221,6 +221,7 @@ def test_dropping_finished_beams_rows_changes_no_result(monkeypatch):
     spy = lambda self, rows: placed.append(rows) or place_beams(self, rows)  # noqa: E731
     monkeypatch.setattr(Stepper, "place_beams", spy)
     for use_cache in (True, False):
+        placed.clear()
         dropped = beam_search(loaded.model, src, mask, beam_size=5, nbest=5, use_cache=use_cache)
         assert any(rows is not None for rows in placed)  # some steps decoded fewer rows
         with monkeypatch.context() as keep:

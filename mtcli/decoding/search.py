@@ -215,6 +215,7 @@ def beam_search(
     row_max = max_lens.repeat_interleave(k)  # (B*k,)
     for step in range(search.n_steps):
         so_far, sentence, shown = beams.rows(step)
+        shown = shown if tracer is not None else None  # the scores a tracer shows; none to pick
         limit = max_lens if step == 0 else row_max  # max_lens >= 1: no EOS is forced at step 0
         so_far, sentence, limit, shown = rows.of_this_step(so_far, sentence, limit, shown)
         # a sentence's k best continuations are among the k best of each of its beams, so

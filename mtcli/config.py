@@ -220,12 +220,16 @@ class DistillConfig:
     drop_worst: float = 0.0
     average: int = 3  # the student's last checkpoints averaged into OUT/model
     student_beam: int = 1  # the beam written as the student's default: students decode greedily
+    quantize: str = "none"  # int8: the student recommends int8 Linear layers (generation.quantize)
     fp16: bool = True  # the exported student's weights in half precision
 
 
 # What a model directory may recommend for its own decoding, in its config.json "generation"
 # (as Hugging Face's generation_config.json): a distilled student is decoded greedily
 GENERATION_FIELDS = ("beam_size", "length_penalty")
+# ... and what its Linear layers run in ("quantize"), an engine setting rather than a search
+# one: a student distilled to be fast may ask for int8 (`mtcli distill --quantize int8`)
+QUANTIZE_CHOICES = ("none", "int8")
 
 
 @dataclass
@@ -340,6 +344,7 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "drop_worst": PROBABILITY,
         "average": AT_LEAST_1,
         "student_beam": ROWS_PER_LINE,
+        "quantize": Limit(choices=QUANTIZE_CHOICES),
     },
     DecodeConfig: {
         "beam_size": ROWS_PER_LINE,

@@ -326,6 +326,47 @@ def test_serve_uses_them_unless_the_request_asks(greedy_model):
             assert got == _translate(greedy_model, LINES, **kwargs), extra
 
 
+def _int8_modules(model: torch.nn.Module) -> tuple[int, int]:
+    """(dynamic int8 Linear layers, float Linear layers) of a model."""
+    int8 = sum(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in model.modules())
+    return int8, sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+
+
+def test_a_model_recommending_int8_is_decoded_in_int8(greedy_model, tmp_path):
+    """generation.quantize = int8: translate (and eval, through the same build_translator) and
+    serve run its Linear layers in int8 unless --quantize none; its output is the plain
+    model's under an explicit --quantize int8."""
+    from mtcli.engines.build import EngineOptions, build_translator
+    from mtcli.serving.models import loader
+
+    model = tmp_path / "m"
+    shutil.copytree(greedy_model, model)
+    config = json.loads((model / "config.json").read_text())
+    config["generation"] = {"beam_size": 1, "quantize": "int8"}
+    (model / "config.json").write_text(json.dumps(config))
+    options = EngineOptions(device="cpu", text_layer=False)
+    recommended = build_translator([model], build_decode_config(), options)
+    n_linear = _int8_modules(build_translator([greedy_model], DecodeConfig(), options).models[0])[1]
+    assert _int8_modules(recommended.models[0]) == (n_linear, 0) and n_linear > 0
+    fp32 = dataclasses.replace(options, quantize="none")
+    assert _int8_modules(build_translator([model], build_decode_config(), fp32).models[0]) == (0, n_linear)  # fmt: skip
+    (served,) = loader([model], "mtcli", "cpu", 1, ready=lambda line: None)()
+    in_server = served.make_translator(
+        DecodeConfig(beam_size=1), False
+    ).inner  # inside its text layer
+    assert _int8_modules(in_server.models[0]) == (n_linear, 0)
+
+    def cli(m: Path, *args: str) -> list[str]:
+        result = CliRunner().invoke(
+            main, ["translate", "-q", "-m", str(m), *args], input="\n".join(LINES) + "\n"
+        )
+        assert result.exit_code == 0, result.output
+        return result.stdout.splitlines()
+
+    assert cli(model) == cli(greedy_model, "--quantize", "int8")
+    assert cli(model, "--quantize", "none") == _translate(greedy_model, LINES, beam_size=1)
+
+
 def test_nbest_widens_a_greedy_default():
     """--nbest 3 on a model recommending beam 1 searches with beam 3 (not an error); a beam the
     user named is kept whatever the model says."""
@@ -344,6 +385,7 @@ def test_nbest_widens_a_greedy_default():
         ({"beam": 4}, "generation.beam: unknown setting"),
         ("greedy", "generation = 'greedy': must be an object"),
         ({"length_penalty": "1"}, "generation.length_penalty = '1': must be a number"),
+        ({"quantize": "int4"}, "generation.quantize = 'int4': must be one of none, int8"),
     ],
 )
 def test_a_bad_generation_table_is_one_line(greedy_model, tmp_path, generation, message):
@@ -375,21 +417,25 @@ def _distill_cli(tmp: Path, *args: str):
 
 def test_the_command_writes_a_greedy_student(tmp_path, copy_model_dir):
     """`mtcli distill` end to end: OUT/model translates, and by default greedily."""
-    result = _distill_cli(tmp_path, "--teacher", str(copy_model_dir), "--average", "1")
+    args = ("--teacher", str(copy_model_dir), "--average", "1")
+    result = _distill_cli(tmp_path, *args, "--quantize", "int8")
     assert result.exit_code == 0, result.output
     model = tmp_path / "kd" / "model"
-    assert json.loads((model / "config.json").read_text())["generation"]["beam_size"] == 1
+    generation = json.loads((model / "config.json").read_text())["generation"]
+    assert generation == {"beam_size": 1, "length_penalty": 1.0, "quantize": "int8"}
     lines = copy_sentences(4, seed=9)
     result = CliRunner().invoke(
-        main, ["translate", "-q", "-m", str(model)], input="\n".join(lines) + "\n"
+        main,
+        ["translate", "-q", "-m", str(model), "--quantize", "none"],
+        input="\n".join(lines) + "\n",
     )
     assert result.stdout.splitlines() == _translate(model, lines, beam_size=1)
     # another shape: the finished run is refused in one line, --restart trains the new one
     toml = tmp_path / "student.toml"
     toml.write_text(toml.read_text().replace("n_dec_layers = 1", "n_dec_layers = 2"))
-    again = _distill_cli(tmp_path, "--teacher", str(copy_model_dir), "--average", "1")
+    again = _distill_cli(tmp_path, *args)
     assert again.exit_code != 0 and "--restart to start over" in again.output, again.output
-    again = _distill_cli(tmp_path, "--teacher", str(copy_model_dir), "--average", "1", "--restart")
+    again = _distill_cli(tmp_path, *args, "--restart")
     assert again.exit_code == 0, again.output
     assert json.loads((model / "config.json").read_text())["model"]["n_dec_layers"] == 2
 
@@ -443,6 +489,14 @@ def test_a_ctranslate2_export_keeps_the_generation_defaults(greedy_model, tmp_pa
     assert greedy != beam
     assert texts(build_decode_config()) == greedy
     assert texts(build_decode_config(beam_size=5)) == beam
+    # a recommended int8 travels too: CTranslate2 then computes in int8 unless asked otherwise
+    config = json.loads((greedy_model / "config.json").read_text())
+    shutil.copytree(greedy_model, tmp_path / "m8")
+    config["generation"]["quantize"] = "int8"
+    (tmp_path / "m8" / "config.json").write_text(json.dumps(config))
+    out8 = export_ctranslate2(tmp_path / "m8", tmp_path / "ct2-int8")
+    assert CT2Translator(out8, DecodeConfig()).translator.compute_type.startswith("int8")
+    assert CT2Translator(out8, DecodeConfig(), quantize="none").translator.compute_type == "float32"
 
 
 def test_a_sigkilled_distill_resumes_to_the_same_teacher_outputs(tmp_path, copy_model_dir):

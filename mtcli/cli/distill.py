@@ -62,6 +62,13 @@ D = DistillConfig()
     help="The student's default beam.",
 )
 @click.option(
+    "--quantize",
+    type=click.Choice(["none", "int8"]),
+    default=D.quantize,
+    show_default=True,
+    help="int8: the student asks to be decoded with int8 Linear layers (CPU) by default.",
+)
+@click.option(
     "--fp16/--fp32", default=D.fp16, show_default=True, help="The exported student's weights."
 )
 @click.option(

@@ -100,9 +100,9 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @click.option(
     "--quantize",
     type=click.Choice(["none", "int8"]),
-    default="none",
-    show_default=True,
-    help="int8: dynamic quantization of the Linear layers (CPU).",
+    default=None,
+    help="int8: dynamic quantization of the Linear layers (CPU); none: fp32.  "
+    "[default: the model's recommendation, else none]",
 )
 @click.option("--html", is_flag=True, help="Each line is HTML: tags kept around the words they enclosed.")  # fmt: skip
 @click.option("--align", is_flag=True, help="Add source-target word alignments (tsv: 4th column; jsonl).")  # fmt: skip
@@ -125,7 +125,7 @@ def translate_command(
     reading = None if text else input_file or sys.stdin
     check_output_file(output_path, "--output", force, reading=reading)
     options = EngineOptions(
-        engine, device, threads, quantize, align, trace, _glossary(glossary), _warner(quiet), html=html
+        engine, device, threads, quantize or "", align, trace, _glossary(glossary), _warner(quiet), html=html
     )  # fmt: skip
     paths = [chosen_model(m) for m in models] or [chosen_model(None, src_lang, tgt_lang)]
     translator = build_translator(paths, cfg, options)

@@ -43,7 +43,9 @@ class EngineOptions:
     engine: str = "mtcli"
     device: str | torch.device = "auto"  # auto | cpu | cuda; loaded models: the one they are on
     threads: int = 0  # CPU threads (0 = all available)
-    quantize: str = "none"  # int8: dynamic quantization of the Linear layers
+    # int8: dynamic quantization of the Linear layers; none: fp32; "": what each model's
+    # config.json recommends (generation.quantize), fp32 where it recommends nothing
+    quantize: str = ""
     align: bool = False  # word alignments (and attention maps) from cross-attention
     trace: bool = False  # record every step of the search
     glossary: Glossary | None = None  # terms each translation must contain
@@ -87,11 +89,12 @@ def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, dev
     from mtcli.store.model_dir import generation_defaults
 
     loaded_here = isinstance(models[0], Path)  # for this translator alone: nothing else reads them
-    loaded = load_ensemble(models, device) if loaded_here else list(models)
-    if options.quantize == "int8":
-        nets = [quantize_int8(m.model) for m in loaded]
-    else:
-        nets = [decoding_only(m).model if loaded_here else m.model for m in loaded]
+    if loaded_here:
+        loaded = [ready_to_decode(m, options.quantize) for m in load_ensemble(models, device)]
+        nets = [m.model for m in loaded]
+    else:  # loaded by a caller, who made them ready to decode (a server does, once)
+        loaded = list(models)
+        nets = [quantize_int8(m.model) if options.quantize == "int8" else m.model for m in loaded]
     tokenizer, first = loaded[0].tokenizer, loaded[0]
     cfg = cfg.with_generation(generation_defaults(first.config))  # an ensemble: the first's
     translator = Translator(
@@ -107,6 +110,19 @@ def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, dev
         count_tokens=lambda s: len(tokenizer.encode_src(s)), max_tokens=translator.truncate.limit,
         warn=options.warn, html=options.html,
     )  # fmt: skip
+
+
+def ready_to_decode(loaded, quantize: str = ""):
+    """`loaded` (a LoadedModel) made ready to decode and nothing else: its Linear layers in
+    int8 where `quantize` asks for it ("": where its config.json recommends it), else its fp32
+    weights kept only packed (decoding_only)."""
+    from mtcli.engines.translator import quantize_int8
+    from mtcli.store.model_dir import generation_defaults
+
+    if (quantize or generation_defaults(loaded.config).get("quantize", "none")) == "int8":
+        quantize_int8(loaded.model)
+        return loaded
+    return decoding_only(loaded)
 
 
 def decoding_only(loaded):

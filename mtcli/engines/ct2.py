@@ -73,7 +73,7 @@ class CT2Translator:
         cfg: DecodeConfig,
         *,
         threads: int = 0,
-        quantize: str = "none",
+        quantize: str = "",
         device: str = "auto",
         warn: Callable[[str], None] = lambda message: None,
     ):
@@ -91,6 +91,7 @@ class CT2Translator:
         self.cfg, self.warn = cfg.with_generation(self.generation), warn
         self.truncate = Truncator(self.max_src_tokens, warn)
         threads = threads or available_cpus()
+        quantize = quantize or self.generation.get("quantize", "none")  # "": the model's
         compute = "int8" if quantize == "int8" else "float32"
         self.translator = ctranslate2.Translator(
             str(path),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mtcli.config import DecodeConfig
-from mtcli.engines.build import EngineOptions, build_translator, decoding_only
+from mtcli.engines.build import EngineOptions, build_translator, ready_to_decode
 from mtcli.engines.result import Translation
 from mtcli.serving.requests import ApiError
 from mtcli.text.language import source_language
@@ -175,7 +175,7 @@ def loader(
             from mtcli.store.checkpoint import load_model
 
             served = [
-                mtcli_served(p.name, decoding_only(load_model(p, torch_device)), torch_device)
+                mtcli_served(p.name, ready_to_decode(load_model(p, torch_device)), torch_device)
                 for p in paths
             ]
         ready(f"ready: {', '.join(f'{s.name} ({s.src_lang}->{s.tgt_lang})' for s in served)}")

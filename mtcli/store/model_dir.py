@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtcli import files
-from mtcli.config import GENERATION_FIELDS, ConfigError, DecodeConfig, ModelConfig, build, why_not
+from mtcli.config import (
+    GENERATION_FIELDS,
+    QUANTIZE_CHOICES,
+    ConfigError,
+    DecodeConfig,
+    ModelConfig,
+    build,
+    why_not,
+)
 from mtcli.data.textio import read_json
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
@@ -63,13 +71,19 @@ def read_config(path: str | Path) -> dict:
 
 def generation_defaults(config: dict, cfg_path: Path | str = CONFIG_FILE) -> dict:
     """The decoding settings a model recommends for itself ("generation": beam size, length
-    penalty), each checked by DecodeConfig's rules; {} when it recommends none."""
+    penalty, each checked by DecodeConfig's rules; quantize: none or int8); {} when it
+    recommends none."""
     generation = config.get("generation", {})
     if not isinstance(generation, dict):
         raise UserError(f"{cfg_path}: generation = {generation!r}: must be an object")
     for key, value in generation.items():
+        if key == "quantize":
+            if value not in QUANTIZE_CHOICES:
+                choices = ", ".join(QUANTIZE_CHOICES)
+                raise UserError(f"{cfg_path}: generation.quantize = {value!r}: must be one of {choices}")  # fmt: skip
+            continue
         if key not in GENERATION_FIELDS:
-            known = ", ".join(GENERATION_FIELDS)
+            known = ", ".join((*GENERATION_FIELDS, "quantize"))
             raise UserError(f"{cfg_path}: generation.{key}: unknown setting (known: {known})")
         if why := why_not(DecodeConfig, key, value):
             raise UserError(f"{cfg_path}: generation.{key} = {value!r}: {why}")

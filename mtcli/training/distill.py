@@ -268,7 +268,7 @@ def student_start(teacher_dir: str, shape: ModelConfig, out: Path, report, fresh
 def export_student(cfg: DistillConfig, result: TrainResult, out: Path, report) -> Path:
     """OUT/model: the mean of the student's last `average` step checkpoints (or its last
     state, if it saved none), decoded with `student_beam` by default (config.json's
-    "generation")."""
+    "generation"), with int8 Linear layers where `quantize` asks for them."""
     steps = [path for _, path in step_dirs(Path(result.out))]
     last = Path(result.out) / "last"
     if not steps and not last.is_dir():
@@ -276,6 +276,8 @@ def export_student(cfg: DistillConfig, result: TrainResult, out: Path, report) -
     chosen = steps[-cfg.average :] or [last]  # a run too short to validate saved only its last
     dtype = torch.float16 if cfg.fp16 else torch.float32
     generation = {"beam_size": cfg.student_beam, "length_penalty": 1.0}
+    if cfg.quantize != "none":
+        generation["quantize"] = cfg.quantize
     export_model(chosen, out, dtype, force=True, generation=generation)
     report(Message(f"student: mean of {', '.join(p.name for p in chosen)} exported to {out}"))
     return out

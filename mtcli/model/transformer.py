@@ -311,7 +311,10 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float):
         super().__init__()
         self.up, self.down = Linear(d_model, d_ff), Linear(d_ff, d_model)
-        self.act = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}[activation]()
+        # ReLU in place on the up-projection's output: one (rows, d_ff) table less at every
+        # layer (its backward needs only its output, which autograd keeps)
+        acts = {"relu": lambda: nn.ReLU(inplace=True), "gelu": nn.GELU, "swish": nn.SiLU}
+        self.act = acts[activation]()
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -7,7 +7,7 @@ import click
 
 from mtcli.cli.console import console
 from mtcli.cli.train import ProgressReporter
-from mtcli.config import DistillConfig, TrainConfig
+from mtcli.config import QUANTIZE_CHOICES, DistillConfig, TrainConfig
 from mtcli.device import import_torch, limit_kernel_caches
 from mtcli.settings import Layer, build_from_layers, flag, toml_layer
 
@@ -63,7 +63,7 @@ D = DistillConfig()
 )
 @click.option(
     "--quantize",
-    type=click.Choice(["none", "int8"]),
+    type=click.Choice(QUANTIZE_CHOICES),
     default=D.quantize,
     show_default=True,
     help="int8: the student asks to be decoded with int8 Linear layers (CPU) by default.",

@@ -15,6 +15,7 @@ from rich.progress import MofNCompleteColumn, Progress
 from mtcli.cli.console import console, warn
 from mtcli.cli.options import UTF8_TEXT, build_decode_config, decode_options, engine_option
 from mtcli.cli.streams import NamedOutput, check_output_file
+from mtcli.config import QUANTIZE_CHOICES
 from mtcli.data.textio import read_chunks
 from mtcli.engines.build import EngineOptions, build_translator, chosen_model
 from mtcli.engines.result import translation_record
@@ -99,7 +100,7 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 @engine_option("a model")
 @click.option(
     "--quantize",
-    type=click.Choice(["none", "int8"]),
+    type=click.Choice(QUANTIZE_CHOICES),
     default=None,
     help="int8: dynamic quantization of the Linear layers (CPU); none: fp32.  "
     "[default: the model's recommendation, else none]",

@@ -64,8 +64,8 @@ class KVCache:
     buffers reach 8 positions most of those rows have finished. Growing by half, not by a fixed
     step, keeps the growths few for long outputs (2, 3, 5, 8, 12, 18, 27, ...). Against a growth of
     8 positions at a time, 10 interleaved rounds of beam 5 (fresh processes): run memory medians
-    212 -> 192 MiB, fastest pass 4.24 -> 4.25 s, medians 4.73 -> 4.48 (int8: 189 -> 172 MiB;
-    outputs the same; int8, 6 rounds). Cross-attention K/V (B, H, S, K) are computed once from the
+    212 -> 192 MiB, fastest pass 4.24 -> 4.25 s, medians 4.73 -> 4.48; int8, 6 rounds: 189 ->
+    172 MiB; the same outputs). Cross-attention K/V (B, H, S, K) are computed once from the
     encoder output by the first step and reused; they have one row per source, which the g
     beams of a sentence share (see CrossAttention).
     """

@@ -117,9 +117,9 @@ def ready_to_decode(loaded, quantize: str = ""):
     int8 where `quantize` asks for it ("": where its config.json recommends it), else its fp32
     weights kept only packed (decoding_only)."""
     from mtcli.engines.translator import quantize_int8
-    from mtcli.store.model_dir import generation_defaults
+    from mtcli.store.model_dir import generation_defaults, quantization
 
-    if (quantize or generation_defaults(loaded.config).get("quantize", "none")) == "int8":
+    if quantization(quantize, generation_defaults(loaded.config)) == "int8":
         quantize_int8(loaded.model)
         return loaded
     return decoding_only(loaded)

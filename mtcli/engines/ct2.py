@@ -21,7 +21,7 @@ from mtcli.device import available_cpus
 from mtcli.engines.result import Translation
 from mtcli.engines.routing import Truncator
 from mtcli.errors import UserError
-from mtcli.store.model_dir import generation_defaults
+from mtcli.store.model_dir import generation_defaults, quantization
 
 MARKER = "mtcli.json"
 
@@ -91,8 +91,7 @@ class CT2Translator:
         self.cfg, self.warn = cfg.with_generation(self.generation), warn
         self.truncate = Truncator(self.max_src_tokens, warn)
         threads = threads or available_cpus()
-        quantize = quantize or self.generation.get("quantize", "none")  # "": the model's
-        compute = "int8" if quantize == "int8" else "float32"
+        compute = "int8" if quantization(quantize, self.generation) == "int8" else "float32"
         self.translator = ctranslate2.Translator(
             str(path),
             device=self.device,

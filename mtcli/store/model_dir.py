@@ -90,6 +90,12 @@ def generation_defaults(config: dict, cfg_path: Path | str = CONFIG_FILE) -> dic
     return generation
 
 
+def quantization(asked: str, generation: dict) -> str:
+    """What a model's Linear layers run in: `asked` (none or int8), else ("") what its checked
+    generation defaults recommend, else none."""
+    return asked or generation.get("quantize", "none")
+
+
 def model_config(config: dict, cfg_path: Path) -> ModelConfig:
     """The ModelConfig recorded in config.json; a bad value names the file and the key."""
     try:

@@ -12,6 +12,7 @@ import mtcli.decoding.stepper as stepper_module
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID
 from mtcli.decoding.search import beam_search, greedy, length_penalty
 from mtcli.decoding.stepper import Stepper
+from mtcli.decoding.top_k import block_size, top_k
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO, TATOEBA, tiny_config
@@ -234,11 +235,15 @@ def test_dropping_finished_beams_rows_changes_no_result(monkeypatch):
             assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-6)
 
 
-def test_fused_candidates_equal_topk_of_the_whole_table(tiny_model, monkeypatch):
+@pytest.mark.parametrize("vocab", [24, 2400])  # 2400: wide enough for top_k's block maxima
+def test_fused_candidates_equal_topk_of_the_whole_table(vocab, monkeypatch):
     """Stepper.candidates, a few rows at a time (2 here, so rows split across chunks), gives
     topk of the (N, V) table __call__ builds: the same tokens and log-probabilities, PAD and
-    BOS never chosen, and only EOS (at its own log-probability) on the rows made to end."""
+    BOS never chosen at a finite log-probability, and only EOS (at its own log-probability) on the rows made to end."""
     monkeypatch.setattr(stepper_module, "ROW_CHUNK", 2)
+    torch.manual_seed(0)
+    tiny_model = Seq2Seq(tiny_config(vocab)).eval()
+    assert (block_size(vocab, 3) is not None) == (vocab == 2400)
     src, mask = _src(tiny_model, [6, 3, 8, 4, 5], seed=7)
     fused = Stepper(tiny_model, src, mask, 12, use_cache=True)
     table = Stepper(tiny_model, src, mask, 12, use_cache=True)
@@ -250,8 +255,27 @@ def test_fused_candidates_equal_topk_of_the_whole_table(tiny_model, monkeypatch)
         expected = log_probs.topk(3, dim=-1)
         assert torch.equal(ids[~eos_only], expected.indices[~eos_only])
         torch.testing.assert_close(values[~eos_only], expected.values[~eos_only], atol=1e-6, rtol=0)  # fmt: skip
-        assert not bool(((ids == PAD_ID) | (ids == BOS_ID)).any())
+        assert not bool((((ids == PAD_ID) | (ids == BOS_ID)) & torch.isfinite(values)).any())
         assert ids[eos_only, 0].tolist() == [EOS_ID, EOS_ID]
         torch.testing.assert_close(values[eos_only, 0], log_probs[eos_only, EOS_ID], atol=1e-6, rtol=0)  # fmt: skip
         assert bool(torch.isinf(values[eos_only, 1:]).all())
         tokens = torch.cat([tokens, expected.indices[:, :1]], dim=1)
+
+
+@pytest.mark.parametrize("width", [6000, 2400, 1031])  # 1031 is prime: torch's own topk
+@pytest.mark.parametrize("k", [1, 5])
+def test_top_k_by_block_maxima_equals_torch_topk(width, k):
+    """top_k gives torch.topk's values, largest first, at columns that hold them (distinct in
+    each row), on rows with many ties, -inf columns, and rows where only one entry is finite."""
+    g = torch.Generator().manual_seed(width + k)
+    x = (torch.randn(9, width, generator=g) * 2).round() / 2  # few distinct values: ties
+    x[:, [PAD_ID, BOS_ID]] = float("-inf")
+    x[3] = float("-inf")
+    x[3, EOS_ID] = -0.5  # a row made to end: EOS alone is finite
+    x[5, 700 % width] = 9.0  # one clear winner
+    values, columns = top_k(x, k)
+    assert torch.equal(values, x.topk(k, dim=-1).values)
+    assert torch.equal(x.gather(1, columns), values)
+    assert all(len(set(row)) == k for row in columns.tolist())
+    assert columns[3, 0] == EOS_ID and columns[5, 0] == 700 % width
+    assert (block_size(width, k) is None) == (width == 1031)

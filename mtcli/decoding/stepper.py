@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID
+from mtcli.decoding.top_k import top_k
 from mtcli.model.kv_cache import AttentionRecord, BeamRows
 from mtcli.model.transformer import Seq2Seq
 
@@ -193,7 +194,8 @@ class Stepper:
 
         The same numbers as topk over __call__'s table, without ever holding that (N, V) table:
         the output projection, log-softmax and top-k run ROW_CHUNK rows at a time, on tables of
-        one size at every step (so the allocator hands the same blocks back).
+        one size at every step (so the allocator hands the same blocks back); top-k by way of
+        block maxima (top_k.py).
         """
         model, cache = self.models[0], self.caches[0]
         states = model.decode_states(self._fed(tokens), self.memories[0], self.src_mask, cache)
@@ -204,9 +206,9 @@ class Stepper:
             part = slice(start, start + ROW_CHUNK)
             log_probs = model.out_proj(states[part]).float().log_softmax(dim=-1)  # (C, V)
             log_probs = force_eos(_mask_never_generated(log_probs), eos_only[part])
-            best = log_probs.topk(k, dim=-1)  # (C, k) each
-            values.append(best.values)
-            ids.append(best.indices)
+            best, best_ids = top_k(log_probs, k)  # (C, k) each
+            values.append(best)
+            ids.append(best_ids)
         if len(values) == 1:  # most steps of a small batch: no copy
             return values[0], ids[0]
         return torch.cat(values), torch.cat(ids)
@@ -273,7 +275,7 @@ class Search:
         a tracer or an ensemble need it; otherwise fused, a few rows at a time."""
         if rules.active or tracer is not None or not self.stepper.fused:
             log_probs = self.log_probs(so_far, step, sentence, limit, rules, tracer, shown)
-            return tuple(log_probs.topk(min(k, log_probs.size(-1)), dim=-1))
+            return top_k(log_probs, min(k, log_probs.size(-1)))
         vocab = self.stepper.models[0].cfg.tgt_vocab_size
         return self.stepper.candidates(so_far, min(k, vocab), step >= limit)
 

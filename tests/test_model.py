@@ -11,6 +11,7 @@ from copy import deepcopy as copy_module
 import pytest
 import torch
 
+import mtcli.model.packing as packing_module
 from mtcli.errors import UserError
 from mtcli.model.linear import Linear, keep_only_packed_weights, onednn_available
 from mtcli.model.transformer import SelfAttention, Seq2Seq, attend, sinusoidal_positions
@@ -108,6 +109,31 @@ def test_padding_changes_nothing_real():
         model.encode(pad_src, pad_src != 0)[:, :6], memory, atol=1e-5, rtol=0
     )
     torch.testing.assert_close(model(pad_src, pad_tgt)[:, :5], logits, atol=1e-5, rtol=0)
+
+
+def test_encoder_skips_padding_in_inference_with_the_same_memory(monkeypatch):
+    """In inference the encoder runs its projections and feed-forward on the real tokens alone:
+    the memory equals the padded path's at every real position, is zero at the padding, and
+    decoding from it gives the same logits."""
+    torch.manual_seed(0)
+    model = Seq2Seq(tiny_config(pre_norm=True)).eval()
+    src = torch.tensor([[5, 6, 7, 8, 9, 2], [5, 9, 2, 0, 0, 0], [7, 2, 0, 0, 0, 0]])
+    tgt = torch.tensor([[1, 5, 6], [1, 7, 0], [1, 8, 9]])
+    mask = src != 0
+    packed_rows = []
+    of = packing_module.Packing.of
+    monkeypatch.setattr(
+        packing_module.Packing, "of", lambda m: packed_rows.append(int(m.sum())) or of(m)
+    )
+    memory = model.encode(src, mask)
+    assert packed_rows == [11]
+    monkeypatch.setattr(packing_module.Packing, "of", lambda m: None)  # the paper's padded path
+    padded = model.encode(src, mask)
+    torch.testing.assert_close(memory[mask], padded[mask], atol=1e-6, rtol=0)
+    assert bool((memory[~mask] == 0).all()) and not bool((padded[~mask] == 0).all())
+    torch.testing.assert_close(
+        model.decode(tgt, memory, mask), model.decode(tgt, padded, mask), atol=1e-6, rtol=0
+    )
 
 
 def test_tied_and_shared_embeddings():

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from mtcli.config import PAD_ID, ModelConfig
 from mtcli.model.kv_cache import AttentionRecord, BeamRows, KVCache
 from mtcli.model.linear import Linear
+from mtcli.model.packing import Packing
 
 
 class Dropout(nn.Module):
@@ -152,9 +153,11 @@ class _Heads(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, K)
 
-    def merge(self, x: Tensor) -> Tensor:
+    def merge(self, x: Tensor, packing: Packing | None = None) -> Tensor:
+        """(B, H, T, K) -> (B, T, D), or with `packing` its real positions (N, D)."""
         B, _, T, _ = x.shape
-        return self.out_proj(x.transpose(1, 2).reshape(B, T, -1))  # (B, T, D)
+        merged = x.transpose(1, 2).reshape(B, T, -1)  # (B, T, D)
+        return self.out_proj(merged if packing is None else packing.pack(merged))
 
     @property
     def dropout_p(self) -> float:
@@ -177,9 +180,11 @@ class SelfAttention(_Heads):
         cache: KVCache | None = None,
         layer: int = 0,
         record: AttentionRecord | None = None,
+        packing: Packing | None = None,
     ) -> Tensor:
-        """x (B, T, D), mask broadcastable to (B, H, T, T) -> (B, T, D)."""
-        q, k, v = self.split_qkv(x)  # each (B, H, T, K)
+        """x (B, T, D), mask broadcastable to (B, H, T, T) -> (B, T, D). With `packing`, x
+        and the output hold only the real positions, (N, D): the projections skip the padding."""
+        q, k, v = self.split_qkv(x, packing)  # each (B, H, T, K)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, H, past + T, K)
             record = cache.self_record
@@ -199,10 +204,14 @@ class SelfAttention(_Heads):
             record=record,
             layer=layer,
         )  # (B, H, T, K)
-        return self.merge(out)
+        return self.merge(out, packing)
 
-    def split_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # each (B, T, D)
+    def split_qkv(self, x: Tensor, packing: Packing | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, D), or its real positions (N, D) with `packing` -> q, k, v (B, H, T, K)."""
+        qkv = self.qkv_proj(x)  # (B, T, 3D) or (N, 3D)
+        if packing is not None:
+            qkv = packing.unpack(qkv)  # (B, T, 3D), zeros at the padding (masked as keys)
+        q, k, v = qkv.chunk(3, dim=-1)  # each (B, T, D)
         return self.split(q), self.split(k), self.split(v)
 
 
@@ -344,10 +353,18 @@ class EncoderLayer(_Sublayers):
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.activation_dropout)
 
     def forward(
-        self, x: Tensor, src_mask: Tensor, *, layer: int, record: AttentionRecord | None
+        self,
+        x: Tensor,
+        src_mask: Tensor,
+        *,
+        layer: int,
+        record: AttentionRecord | None,
+        packing: Packing | None = None,
     ) -> Tensor:
-        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
-        x = self.residual(0, x, lambda h: self.self_attn(h, src_mask, layer=layer, record=record))
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D); with `packing`, x and the output are
+        the real positions alone, (N, D)."""
+        attend = lambda h: self.self_attn(h, src_mask, layer=layer, record=record, packing=packing)  # noqa: E731
+        x = self.residual(0, x, attend)
         return self.residual(1, x, self.ffn)
 
 
@@ -435,12 +452,21 @@ class Seq2Seq(nn.Module):
     def encode(
         self, src_ids: Tensor, src_mask: Tensor, *, record: AttentionRecord | None = None
     ) -> Tensor:
-        """src_ids (B, S), src_mask (B, S) -> memory (B, S, D)."""
+        """src_ids (B, S), src_mask (B, S) -> memory (B, S, D).
+
+        The fast path, in inference: every step but attention runs on the real tokens alone
+        (N, D), and the memory has zeros at the padding, which cross-attention masks (the
+        paper's path, kept in training, runs every layer on the padded (B, S, D)).
+        """
         mask = src_mask[:, None, None, :]  # (B, 1, 1, S): every query may see the real keys
-        x = self._embed(src_ids, self.src_embed)
+        x = self._embed(src_ids, self.src_embed)  # (B, S, D)
+        packing = Packing.of(src_mask) if not self.training else None
+        if packing is not None:
+            x = packing.pack(x)  # (N, D)
         for layer, block in enumerate(self.encoder_layers):
-            x = block(x, mask, layer=layer, record=record)
-        return self.encoder_norm(x)
+            x = block(x, mask, layer=layer, record=record, packing=packing)
+        x = self.encoder_norm(x)
+        return x if packing is None else packing.unpack(x)  # (B, S, D)
 
     def decode(
         self,

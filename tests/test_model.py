@@ -129,10 +129,11 @@ def test_encoder_skips_padding_in_inference_with_the_same_memory(monkeypatch):
     assert packed_rows == [11]
     monkeypatch.setattr(packing_module.Packing, "of", lambda m: None)  # the paper's padded path
     padded = model.encode(src, mask)
-    torch.testing.assert_close(memory[mask], padded[mask], atol=1e-6, rtol=0)
+    # the same up to float rounding: a matmul's rows may round apart at another row count
+    torch.testing.assert_close(memory[mask], padded[mask], atol=1e-5, rtol=0)
     assert bool((memory[~mask] == 0).all()) and not bool((padded[~mask] == 0).all())
     torch.testing.assert_close(
-        model.decode(tgt, memory, mask), model.decode(tgt, padded, mask), atol=1e-6, rtol=0
+        model.decode(tgt, memory, mask), model.decode(tgt, padded, mask), atol=1e-5, rtol=0
     )
 
 

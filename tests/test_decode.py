@@ -239,7 +239,8 @@ def test_dropping_finished_beams_rows_changes_no_result(monkeypatch):
 def test_fused_candidates_equal_topk_of_the_whole_table(vocab, monkeypatch):
     """Stepper.candidates, a few rows at a time (2 here, so rows split across chunks), gives
     topk of the (N, V) table __call__ builds: the same tokens and log-probabilities, PAD and
-    BOS never chosen at a finite log-probability, and only EOS (at its own log-probability) on the rows made to end."""
+    BOS never chosen at a finite log-probability, and only EOS (at its own log-probability) on
+    the rows made to end."""
     monkeypatch.setattr(stepper_module, "ROW_CHUNK", 2)
     torch.manual_seed(0)
     tiny_model = Seq2Seq(tiny_config(vocab)).eval()

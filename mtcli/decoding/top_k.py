@@ -29,8 +29,8 @@ MIN_BLOCK = 200
 def block_size(width: int, k: int) -> int | None:
     """Entries per block for rows of `width` and the k largest: the smallest divisor of width
     of at least sqrt(width * k) and MIN_BLOCK that still leaves 2k blocks (the k chosen ones at
-    most half the row); None where none does
-    (or the row is narrow), and top_k falls back to torch's topk.
+    most half the row). None where none does, or the row is narrow: top_k then falls back to
+    torch's topk.
 
     sqrt(width * k) balances the two passes' sizes: width / b block maxima against k * b
     entries in the chosen blocks.

@@ -363,8 +363,9 @@ class EncoderLayer(_Sublayers):
     ) -> Tensor:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D); with `packing`, x and the output are
         the real positions alone, (N, D)."""
-        attend = lambda h: self.self_attn(h, src_mask, layer=layer, record=record, packing=packing)  # noqa: E731
-        x = self.residual(0, x, attend)
+        x = self.residual(
+            0, x, lambda h: self.self_attn(h, src_mask, layer=layer, record=record, packing=packing)
+        )
         return self.residual(1, x, self.ffn)
 
 

@@ -60,9 +60,9 @@ class Models:
 
     def languages(self) -> list[dict]:
         """LibreTranslate's /languages: each source language and the targets it reaches."""
-        targets: dict[str, list[str]] = {}
+        targets: dict[str, set[str]] = {}  # a set: two models of one pair (a student) list it once
         for s in self.served:
-            targets.setdefault(s.src_lang, []).append(s.tgt_lang)
+            targets.setdefault(s.src_lang, set()).add(s.tgt_lang)
         return [
             {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(to)}
             for code, to in sorted(targets.items())

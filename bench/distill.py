@@ -4,8 +4,9 @@ prepared Tatoeba test split (2,000 lines), whole `mtcli translate` processes, 2 
     python bench/distill.py [--rounds 3] [--pairs en-zh,zh-en]
 
 Rows per direction: the teacher at its defaults (beam 5), the teacher greedy, the teacher
-through CTranslate2 (beam 5, exported here), the student at its defaults (greedy), the student
-at beam 5, and the student greedy with int8 Linear layers. Each row is a fresh process that
+through CTranslate2 (beam 5, exported here), the student at its defaults (its config.json's
+"generation": the shipped en-zh student's are beam 3 with int8), the student greedy and at
+beam 5 in fp32, and the student greedy with int8 Linear layers. Each row is a fresh process that
 reads the 2,000 lines and writes their translations (start-up included: what a user waits
 for); the rows run interleaved over `rounds` and each keeps its fastest. BLEU and chrF2 by
 sacrebleu against the references (BLEU tokenised as `mtcli eval` does: zh for Chinese, 13a
@@ -15,6 +16,7 @@ otherwise). Writes bench/results/distill.json.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -40,15 +42,25 @@ def student_dir(direction: str, name: str) -> str:
     return str(shipped if shipped.is_dir() else REPO / "runs" / f"{direction}-student" / "model")
 
 
+def defaults_of(model_dir: str) -> str:
+    """A model's own decoding settings as its config.json's "generation" states them."""
+    generation = json.loads((Path(model_dir) / "config.json").read_text()).get("generation", {})
+    beam = generation.get("beam_size", 5)
+    search = "greedy" if beam == 1 else f"beam {beam}"
+    return f"{search}, {generation.get('quantize', 'fp32')}"
+
+
 def rows_of(teacher: str, student: str, ct2_dir: Path) -> dict[str, list[str]]:
-    """Row name -> the `mtcli translate` arguments that make it (besides -i/-o)."""
+    """Row name -> the `mtcli translate` arguments that make it (besides -i/-o). The student's
+    other rows name their settings in full, whatever its defaults are."""
     return {
         "teacher, beam 5 (its default)": ["-m", teacher],
         "teacher, greedy": ["-m", teacher, "--greedy"],
         "teacher through CTranslate2, beam 5": ["-m", str(ct2_dir), "--engine", "ctranslate2"],
-        "student, greedy (its default)": ["-m", student],
-        "student, beam 5": ["-m", student, "-b", "5"],
-        "student int8, greedy": ["-m", student, "--quantize", "int8"],
+        f"student at its defaults ({defaults_of(student)})": ["-m", student],
+        "student, greedy": ["-m", student, "-b", "1", "--quantize", "none"],
+        "student, beam 5": ["-m", student, "-b", "5", "--quantize", "none"],
+        "student int8, greedy": ["-m", student, "-b", "1", "--quantize", "int8"],
     }
 
 

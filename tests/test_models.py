@@ -196,6 +196,6 @@ def test_a_wheel_carries_its_models(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert source_language(proc.stdout) == "zh"
     models = {r["name"]: r for r in map(json.loads, run("models", "--json").stdout.splitlines())}
-    assert {"en-zh-tiny", "zh-en-tiny"} <= set(models)
+    assert {"en-zh-tiny", "zh-en-tiny", "en-zh-tiny-student"} <= set(models)
     assert all(Path(r["path"]).is_relative_to(env_dir) for r in models.values()), models
     print(f"wheel {wheel.name}: {wheel.stat().st_size / 1e6:.1f} MB")

@@ -65,7 +65,7 @@ model-zh-en: $(STAMP) $(TOKENIZER)/tokenizer.json
 # outputs are not its memorised references; none that is a validation or test sentence), then a
 # 3+2-layer student started from the teacher's layers and trained on them (`mtcli distill`;
 # 40-55 minutes each on 2 cores). The en-zh student ships, decoded at beam 3 with int8 by
-# default (2.2x en-zh-tiny's speed at beam 5, 0.76 BLEU below it); the zh-en one stays in
+# default (about 2.1-2.2x en-zh-tiny's speed at beam 5, 0.76 BLEU below it); the zh-en one stays in
 # runs/ (not within 1 BLEU at 2x: README, "The shipped models")
 KD := runs/kd
 $(KD)/en.sources $(KD)/zh.sources: | $(TATOEBA)/test.src $(STAMP)

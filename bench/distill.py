@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sacrebleu.metrics import BLEU, CHRF  # noqa: E402
 
 from bench.common import REPO, read_lines, write_result  # noqa: E402
+from mtcli.config import DecodeConfig  # noqa: E402
 
 TEST = REPO / "data" / "tatoeba"
 PAIRS = {  # direction: (teacher, student, source file, reference file, target language)
@@ -45,7 +46,7 @@ def student_dir(direction: str, name: str) -> str:
 def defaults_of(model_dir: str) -> str:
     """A model's own decoding settings as its config.json's "generation" states them."""
     generation = json.loads((Path(model_dir) / "config.json").read_text()).get("generation", {})
-    beam = generation.get("beam_size", 5)
+    beam = generation.get("beam_size", DecodeConfig().beam_size)
     search = "greedy" if beam == 1 else f"beam {beam}"
     return f"{search}, {generation.get('quantize', 'fp32')}"
 

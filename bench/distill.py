@@ -16,7 +16,6 @@ otherwise). Writes bench/results/distill.json.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from sacrebleu.metrics import BLEU, CHRF  # noqa: E402
 
 from bench.common import REPO, read_lines, write_result  # noqa: E402
 from mtcli.config import DecodeConfig  # noqa: E402
+from mtcli.store.model_dir import generation_defaults, quantization, read_config  # noqa: E402
 
 TEST = REPO / "data" / "tatoeba"
 PAIRS = {  # direction: (teacher, student, source file, reference file, target language)
@@ -44,11 +44,12 @@ def student_dir(direction: str, name: str) -> str:
 
 
 def defaults_of(model_dir: str) -> str:
-    """A model's own decoding settings as its config.json's "generation" states them."""
-    generation = json.loads((Path(model_dir) / "config.json").read_text()).get("generation", {})
+    """A model's own decoding settings, read and checked as `mtcli translate` reads them."""
+    generation = generation_defaults(read_config(model_dir))
     beam = generation.get("beam_size", DecodeConfig().beam_size)
     search = "greedy" if beam == 1 else f"beam {beam}"
-    return f"{search}, {generation.get('quantize', 'fp32')}"
+    linear = quantization("", generation)
+    return f"{search}, {'fp32' if linear == 'none' else linear}"
 
 
 def rows_of(teacher: str, student: str, ct2_dir: Path) -> dict[str, list[str]]:

@@ -130,14 +130,23 @@ class KVCache:
 
     @torch.no_grad()  # a cache serves decoding; index_select(out=...) takes no autograd
     def _gather_self(self, indices: Tensor) -> None:
-        """Self-attention K/V of rows `indices` (N',) become the buffers' rows 0..N'-1."""
-        n, rows = self.length, indices.numel()
-        size = self.capacity * rows * self.heads[0] * self.heads[1]
+        """Self-attention K/V of rows `indices` (N',) become the buffers' rows 0..N'-1.
+
+        Each buffer's filled part is seen as n * B vectors of H*K, and one index_select along
+        that first axis takes, for every position, the rows asked for: index_select along the
+        row axis of (n, B, H*K) gave the same copy 2x slower at 1,000 rows and 10-25 positions
+        (0.78 vs 0.24 ms at 10, 2.07 vs 1.03 at 15, 3.40 vs 1.68 at 25; equal at 6). Over the
+        2,000 Tatoeba test lines at beam 5, 4 passes each interleaved in one process: 0.26 ->
+        0.20 s of reordering a pass, about 1% of the decode; identical 5-best lists and scores."""
+        n, rows, width = self.length, indices.numel(), self.heads[0] * self.heads[1]
+        size = self.capacity * rows * width
+        # row indices[j] of position t sits at t * B + indices[j]; built once for all buffers
+        taken = (torch.arange(n, device=indices.device)[:, None] * self.rows + indices).view(-1)
         for i, flat in enumerate(self.buffers):
             if self.spare is None or self.spare.numel() < size:
                 self.spare = flat.new_empty(size)
-            out = self._positions(self.spare, rows)[:n]  # contiguous: positions come first
-            torch.index_select(self._positions(flat, self.rows)[:n], 1, indices, out=out)
+            out = self.spare[: n * rows * width].view(n * rows, width)
+            torch.index_select(flat[: n * self.rows * width].view(-1, width), 0, taken, out=out)
             self.buffers[i], self.spare = self.spare, flat
         self.rows = rows
 

@@ -102,17 +102,24 @@ def startup(args: list[str], repeats: int = 3) -> float:
     return best
 
 
+def prepare(n_lines: int) -> tuple[list[str], Path, Path]:
+    """The first `n_lines` Tatoeba test lines, the shipped model exported for CTranslate2, and
+    those lines in a file for the engine processes (both in a new temporary directory)."""
+    lines = read_lines(SHARED / "tatoeba-en-zh" / "test.en", n_lines)
+    work = Path(tempfile.mkdtemp(prefix="mtcli-bench-ct2-"))
+    exported = export_ctranslate2(SHIPPED, work / "en-zh-tiny-ct2")
+    src = work / "test.en"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return lines, exported, src
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    lines = read_lines(SHARED / "tatoeba-en-zh" / "test.en", args.lines)
-    work = Path(tempfile.mkdtemp(prefix="mtcli-bench-ct2-"))
-    exported = export_ctranslate2(SHIPPED, work / "en-zh-tiny-ct2")
-    src = work / "test.en"
-    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    lines, exported, src = prepare(args.lines)
 
     # each engine alone in its own process: loaded side by side in one process, both ran
     # 10-40% slower (two OpenMP runtimes sharing two cores)

@@ -23,14 +23,12 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, SHARED, SHIPPED, read_lines, write_result  # noqa: E402
-from bench.ct2 import ENGINE_SCRIPT, engine_args  # noqa: E402
-from mtcli.store.ct2_export import export_ctranslate2  # noqa: E402
+from bench.common import REPO, SHIPPED, write_result  # noqa: E402
+from bench.ct2 import ENGINE_SCRIPT, engine_args, prepare  # noqa: E402
 from mtcli.store.model_dir import CONFIG_FILE, model_config, read_config  # noqa: E402
 
 # "24x256:256x768" (CTranslate2's sgemm: M x K : K x N) or "mb640ic256oc768" (an inner product)
@@ -75,11 +73,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    lines = read_lines(SHARED / "tatoeba-en-zh" / "test.en", args.lines)
-    work = Path(tempfile.mkdtemp(prefix="mtcli-bench-ct2-matmuls-"))
-    exported = export_ctranslate2(SHIPPED, work / "en-zh-tiny-ct2")
-    src = work / "test.en"
-    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    lines, exported, src = prepare(args.lines)
     cfg = model_config(read_config(SHIPPED), SHIPPED / CONFIG_FILE)
     widths = {cfg.d_model, cfg.d_ff}
     env = {**os.environ, "ONEDNN_VERBOSE": "1"}

@@ -75,6 +75,8 @@ def main() -> None:
     args = ap.parse_args()
     lines, exported, src = prepare(args.lines)
     cfg = model_config(read_config(SHIPPED), SHIPPED / CONFIG_FILE)
+    # attention products have the head width or a sequence length (below max_positions,
+    # 256, so below both widths) as their inner dimension: they are not counted
     widths = {cfg.d_model, cfg.d_ff}
     env = {**os.environ, "ONEDNN_VERBOSE": "1"}
     record: dict = {"lines": len(lines), "threads": args.threads}

@@ -113,6 +113,30 @@ def prepare(n_lines: int) -> tuple[list[str], Path, Path]:
     return lines, exported, src
 
 
+def startup_times(exported: Path) -> dict[str, float]:
+    """Fastest whole-process seconds of `import torch`, and of a one-sentence `mtcli translate`
+    on each engine."""
+    py, sentence = sys.executable, "Why do we work?"
+    mtcli = [py, "-m", "mtcli", "translate"]
+    return {
+        "import_torch_s": round(startup([py, "-c", "import torch"]), 3),
+        "mtcli_s": round(startup([*mtcli, "-m", str(SHIPPED), sentence]), 3),
+        "ctranslate2_engine_s": round(
+            startup([*mtcli, "--engine", "ctranslate2", "-m", str(exported), sentence]), 3
+        ),
+    }
+
+
+def medians(mb: dict[tuple[str, str], list[float]], engines) -> dict[str, int]:
+    """The median over the rounds of each engine's beam-5 figures in MB, fp32 and int8: peak
+    RSS differs by up to 50 MB between identical runs here (glibc's arenas)."""
+    return {
+        f"{engine}_{name}_mb": round(statistics.median(mb[engine, name]))
+        for engine in engines
+        for name in ("beam5_fp32", "beam5_int8")
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=2000)
@@ -143,42 +167,10 @@ def main() -> None:
         }
         for name in SETTINGS
     }
-    py = sys.executable
-    start = {
-        "import_torch_s": round(startup([py, "-c", "import torch"]), 3),
-        "mtcli_s": round(
-            startup([py, "-m", "mtcli", "translate", "-m", str(SHIPPED), "Why do we work?"]), 3
-        ),  # fmt: skip
-        "ctranslate2_engine_s": round(
-            startup(
-                [
-                    py,
-                    "-m",
-                    "mtcli",
-                    "translate",
-                    "--engine",
-                    "ctranslate2",
-                    "-m",
-                    str(exported),
-                    "Why do we work?",
-                ]
-            ),
-            3,
-        ),  # fmt: skip
-    }
-    # peak RSS differs by up to 50 MB between identical runs here (glibc's arenas): the median
-    rss = {
-        f"{engine}_{name}_mb": round(statistics.median(peaks[engine, name]))
-        for engine in models
-        for name in ("beam5_fp32", "beam5_int8")
-    }
+    start = startup_times(exported)
+    rss, imported = medians(peaks, models), medians(imports, models)
     # what the run itself holds: the peak minus the process's RSS once its imports are done
     # (torch and mtcli; ctranslate2, sentencepiece and mtcli's CT2 engine)
-    imported = {
-        f"{engine}_{name}_mb": round(statistics.median(imports[engine, name]))
-        for engine in models
-        for name in ("beam5_fp32", "beam5_int8")
-    }
     run = {key: rss[key] - imported[key] for key in rss}
     record = {
         "lines": len(lines),

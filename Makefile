@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 SHARED  ?= ../shared/data
 MODEL   ?= models/en-zh-tiny
 
-.PHONY: install test e2e lint format demo demo-train model model-zh-en model-student bench clean
+.PHONY: install test e2e lint format demo demo-train model model-zh-en model-student bench clean font
 
 install: $(STAMP)
 
@@ -108,6 +108,13 @@ demo-train: $(STAMP) $(DEMO).src
 		--max-time 5 --bpe-dropout 0 --warmup 300 --lr-factor 0.5 --dropout 0.1 --valid-every 200 --valid-bleu-lines 200 --d-model 128 --d-ff 512
 	$(BIN)/mtcli eval -m runs/demo/best --src $(DEMO).src --ref $(DEMO).tgt --metrics bleu,chrf
 	$(BIN)/mtcli translate -m runs/demo/best "Why do we work?"
+
+# ---- the CJK font `attention --png` falls back on: Droid Sans Fallback (Apache-2.0, Debian's
+# fonts-droid-fallback) cut to GB2312's Hanzi and the shipped vocabularies' (mtcli/cli/fonts/SOURCE.md)
+DROID := /usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf
+font: $(STAMP)
+	test -f $(DROID) || (apt-get update -qq && apt-get install -y -qq fonts-droid-fallback)
+	$(BIN)/python mtcli/cli/fonts/make_subset.py $(DROID)
 
 # ---- benchmarks: JSON in bench/results/, a table on stdout
 bench: $(STAMP)

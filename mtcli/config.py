@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 import typing
 from collections.abc import Callable
@@ -28,6 +29,8 @@ C = TypeVar("C")
 # One table that all three import, so they cannot drift apart.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+# a language label: ISO 639's two or three letters, then a script or region (zh-Hant, pt_BR)
+LANGUAGE_CODE = r"([A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*)?"
 
 
 class ConfigError(ValueError):
@@ -93,6 +96,8 @@ RESUMABLE_CHANGES = (
     "max_steps", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_lines",
     "log_every", "keep", "save_every", "save_every_minutes", "threads", "device", "precision",
     "out", "tensorboard",
+    # labels, not training: a run labelled by an older mtcli's default may be relabelled
+    "src_lang", "tgt_lang",
 )  # fmt: skip
 
 
@@ -110,8 +115,10 @@ class TrainConfig:
     tokenizer: str = ""  # tokenizer directory; empty = train one into OUT/tokenizer
     init: str = ""  # model directory whose weights, shape and tokenizer start this run
     vocab_size: int = 8000  # used only when a tokenizer is trained on the fly
-    src_lang: str = "en"  # recorded in the model so eval picks the BLEU tokenizer
-    tgt_lang: str = "zh"
+    # recorded in the model: eval's BLEU tokenizer, the routing of plain input and the exports
+    # believe them; empty = the corpus's (its prepared manifest, else its text: data/languages.py)
+    src_lang: str = ""
+    tgt_lang: str = ""
     out: str = "runs/model"  # checkpoints go to OUT/last, OUT/best, OUT/step-N
     max_tokens: int = 4096  # padded source+target tokens per batch
     accum: int = 1  # batches per optimizer step (gradient accumulation)
@@ -263,10 +270,14 @@ class Limit:
     high: float | None = None  # largest allowed value
     choices: tuple[str, ...] = ()
     why_high: str = ""  # what the largest value is, when the number alone does not say
+    pattern: str = ""  # a regular expression a string must match whole
+    shaped_like: str = ""  # what the pattern asks for, in words
 
     def why_not(self, value: Any) -> str | None:
         if self.choices and value not in self.choices:
             return f"must be one of {', '.join(self.choices)}"
+        if self.pattern:
+            return None if re.fullmatch(self.pattern, value) else f"must be {self.shaped_like}"
         if self.low is not None and value < self.low:
             return f"must be at least {_number(self.low)}"
         if self.below is not None and value >= self.below:
@@ -294,6 +305,8 @@ ROWS_PER_LINE = Limit(low=1, high=1024)
 # numpy's, leave room for the per-rank and per-epoch offsets added to it
 SEED = Limit(low=0, high=2**32 - 1)
 PROBABILITY = Limit(low=0, below=1)  # a dropout rate or a smoothing mass
+# ISO 639 with an optional script or region (zh-Hant, pt_BR); empty = the corpus's
+LANGUAGE = Limit(pattern=LANGUAGE_CODE, shaped_like="a language code such as en, de or zh-Hant")
 
 LIMITS: dict[type, dict[str, Limit]] = {
     ModelConfig: {
@@ -337,6 +350,8 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "device": Limit(choices=("auto", "cpu", "cuda")),
         "precision": Limit(choices=("fp32", "bf16")),
         "threads": THREADS,
+        "src_lang": LANGUAGE,
+        "tgt_lang": LANGUAGE,
     },
     DistillConfig: {
         "beam_size": ROWS_PER_LINE,

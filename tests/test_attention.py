@@ -179,3 +179,37 @@ def test_attention_command_draws_an_additive_model(tmp_path, copy_model_dir, cop
         cross = hyp[0].attention.cross[-1]  # (H, T, S real)
         torch.testing.assert_close(cross.sum(-1), torch.ones(cross.shape[:-1]))
         assert cross.shape[-1] == int(row.sum())
+
+
+def test_chinese_labels_are_drawn_in_a_font_that_has_them(tmp_path, monkeypatch):
+    """Without a CJK font on the machine, --png draws Chinese labels in the carried subset font
+    (every label character has a glyph there) and prints no glyph warnings; a system font
+    with the characters is taken first where there is one."""
+    import warnings
+
+    from matplotlib import font_manager
+
+    from mtcli.cli import heatmap
+
+    labels = ["▁为什么", "我们", "工作", "？", "</s>"]
+    monkeypatch.setattr(heatmap, "_system_font_with", lambda characters: None)
+    families = heatmap.label_fonts(labels)
+    assert families[0] == "sans-serif" and len(families) == 2
+    path = font_manager.findfont(font_manager.FontProperties(family=[families[1]]))
+    assert path == str(heatmap.CARRIED_FONT)
+    cjk = {c for label in labels for c in label if "\u3000" <= c <= "\uffef"}
+    assert cjk <= heatmap._characters(path)
+    assert heatmap.label_fonts(["▁Why", "do"]) == ["sans-serif"]  # nothing missing: as before
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        save_png(Heatmap(torch.full((5, 5), 0.2), labels, labels, "t"), tmp_path / "zh.png")
+    assert not [w for w in caught if "Glyph" in str(w.message)]
+    assert (tmp_path / "zh.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_carried_font_says_its_licence():
+    """The subset font ships with its origin and licence beside it (Apache-2.0)."""
+    from mtcli.cli.heatmap import CARRIED_FONT
+
+    source = (CARRIED_FONT.parent / "SOURCE.md").read_text(encoding="utf-8")
+    assert "Apache License, Version 2.0" in source and CARRIED_FONT.stat().st_size < 1_500_000

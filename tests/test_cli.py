@@ -22,7 +22,8 @@ def test_help_lists_commands_and_a_pipeline():
         for command in ("tokenizer", "train", "translate", "eval", "data", "attention", "export"):
             assert f"\n  {command} " in result.output
         assert (
-            "mtcli translate -m runs/en-zh/best < data/tatoeba/test.src > hyp.txt" in result.output
+            "mtcli translate -m runs/en-zh/best -i data/tatoeba/test.src -o hyp.txt"
+            in result.output
         )
 
 

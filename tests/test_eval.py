@@ -157,3 +157,41 @@ def test_translate_then_score_with_a_model(tmp_path, copy_model_dir, copy_lines)
     got = _eval_json("-m", str(copy_model_dir), "--src", str(src), "--ref", str(src), "--greedy")
     scores = next(iter(got["systems"].values()))
     assert scores["BLEU"]["score"] == pytest.approx(100.0) and got["tokenize"] == "13a"
+
+
+def test_the_tokenizer_follows_the_references_language(tmp_path):
+    """Without --tgt-lang, Chinese references are scored with tok:zh, as sacrebleu's CLI does
+    with -l en-zh (it was 13a, which reads Chinese output as BLEU near 0), and stderr says
+    why; a --tgt-lang the references contradict, or output in another language, is a warning."""
+    hyp, ref = write_lines(tmp_path / "h", HYP_ZH), write_lines(tmp_path / "r", REF_ZH_1)
+    result = CliRunner().invoke(main, ["eval", "--json", "--hyp", str(hyp), "--ref", str(ref)])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)["systems"][str(hyp)]["BLEU"]
+    assert "tok:zh" in got["signature"]
+    assert got["score"] == pytest.approx(BLEU(trg_lang="zh").corpus_score(HYP_ZH, [REF_ZH_1]).score)
+    assert "BLEU tokenizer zh: for zh (the references' language" in result.stderr
+    told = CliRunner().invoke(
+        main, ["eval", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "en"]
+    )
+    assert told.exit_code == 0 and "warning: --tgt-lang is en, but" in told.stderr
+    english = write_lines(
+        tmp_path / "en",
+        ["Why do we work so hard?", "The cat is on the mat.", "It is raining hard today."],
+    )
+    crossed = CliRunner().invoke(main, ["eval", "--hyp", str(english), "--ref", str(ref)])
+    assert crossed.exit_code == 0 and "the scores compare different languages" in crossed.stderr
+
+
+def test_japanese_without_mecab_is_one_line():
+    """sacrebleu's ja-mecab tokenizer needs MeCab: without it, one line says what to install."""
+    from mtcli.errors import UserError
+    from mtcli.training.metrics import bleu_tokenizer_for, check_tokenizer_installed
+
+    assert bleu_tokenizer_for("ja") == "ja-mecab" and bleu_tokenizer_for("de-CH") == "13a"
+    try:
+        BLEU(tokenize="ja-mecab")
+    except (ImportError, RuntimeError, OSError):
+        with pytest.raises(UserError, match="needs mecab-python3"):
+            check_tokenizer_installed("ja-mecab")
+    else:
+        check_tokenizer_installed("ja-mecab")  # installed here: nothing to say

@@ -199,3 +199,20 @@ def test_a_wheel_carries_its_models(tmp_path):
     assert {"en-zh-tiny", "zh-en-tiny", "en-zh-tiny-student"} <= set(models)
     assert all(Path(r["path"]).is_relative_to(env_dir) for r in models.values()), models
     print(f"wheel {wheel.name}: {wheel.stat().st_size / 1e6:.1f} MB")
+
+
+def test_a_training_run_folder_points_to_its_models(tmp_path, copy_model_dir):
+    """-m runs/mine (a run's folder, not a model) names runs/mine/best and runs/mine/last."""
+    from click.testing import CliRunner
+
+    from mtcli.cli import main
+
+    run = tmp_path / "mine"
+    for name in ("best", "last", "step-2", "step-10"):
+        shutil.copytree(copy_model_dir, run / name)
+    result = CliRunner().invoke(main, ["translate", "-m", str(run), "a b"])
+    assert result.exit_code == 2
+    assert (
+        f"{run}: not a model directory (no config.json); a training run: use {run}/best or {run}/last or {run}/step-10"
+        in result.output
+    )

@@ -353,3 +353,54 @@ def test_the_eta_line_counts_hours_past_a_day_and_takes_any_budget(capsys):
     assert lines[0].endswith("elapsed 36000s eta 30:00:00"), lines
     eta = lines[1].split(" eta ")[1]  # ~3.6e303 hours
     assert len(eta) > 300 and eta[:-6].isdigit() and eta[-6] == ":", lines
+
+
+# ---------------------------------------------------------------- a first run of one's own
+def test_a_preset_brings_its_size_not_its_corpus(tmp_path):
+    """--preset quick sets the size and schedule; --src/--tgt and the languages stay the
+    user's (the recipe's Tatoeba paths and en/zh are left out); flags still win."""
+    from mtcli.cli.train import assemble_config
+    from mtcli.training.presets import load_preset, preset_names
+
+    assert {"quick", "en-zh-tiny", "zh-en-tiny"} <= set(preset_names())
+    flags = {"src": "mine.en", "tgt": "mine.de", "warmup": 50, "out": str(tmp_path / "run")}
+    cfg = assemble_config(None, flags, None, False, preset="en-zh-tiny")
+    recipe = load_preset("en-zh-tiny").settings
+    assert (cfg.src, cfg.tgt, cfg.valid_src, cfg.src_lang) == ("mine.en", "mine.de", "", "")
+    assert cfg.model.d_model == recipe["model"]["d_model"] and cfg.precision == recipe["precision"]
+    assert cfg.warmup == 50
+    assert assemble_config(None, flags, None, False, preset="quick").model.d_model == 128
+
+
+def test_list_presets_and_an_unknown_one(tmp_path):
+    """--list-presets prints one line per preset on stdout; --preset nope names those there are."""
+    from click.testing import CliRunner
+
+    from mtcli.cli import main
+    from mtcli.training.presets import preset_names
+
+    listed = CliRunner().invoke(main, ["train", "--list-presets"])
+    assert listed.exit_code == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == preset_names()
+    assert "d_model 128" in listed.stdout and "5 minutes" in listed.stdout
+    bad = CliRunner().invoke(main, ["train", "--preset", "nope", "--src", "a", "--tgt", "b"])
+    assert bad.exit_code == 2 and "--preset nope: no such preset (en-zh-student" in bad.output
+
+
+def test_a_budget_that_ends_inside_the_warm_up_is_named(tmp_path):
+    """--max-steps under --warmup is said at the start; --max-time, once the step rate says
+    the budget ends inside the warm-up; a budget past it says nothing."""
+    from mtcli.config import TrainConfig
+    from mtcli.training.checks import warmup_outlasts_budget
+
+    said = warmup_outlasts_budget(TrainConfig(max_steps=200, warmup=4000))
+    assert said and "--max-steps 200 ends inside the warm-up (--warmup 4,000)" in said
+    assert "--warmup 20" in said and "--preset" in said
+    timed = warmup_outlasts_budget(TrainConfig(max_time=2, warmup=4000), step=40, elapsed=20.0)
+    assert timed and "--max-time 2 ends near step 240" in timed  # 2 steps/s for 120 s
+    assert warmup_outlasts_budget(TrainConfig(max_time=60, warmup=4000), step=40, elapsed=20.0) is None  # fmt: skip
+    assert warmup_outlasts_budget(TrainConfig(max_steps=5000, warmup=4000)) is None
+    tok = copy_tokenizer(tmp_path)
+    reports = []
+    train(copy_train_config(tmp_path, tok, max_steps=3, warmup=30, valid_every=10), reports.append)
+    assert any("--max-steps 3 ends inside the warm-up" in getattr(r, "text", "") for r in reports)

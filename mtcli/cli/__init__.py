@@ -30,12 +30,14 @@ COMMANDS = {
 HELP = """Neural machine translation from the command line.
 
 \b
-A whole pipeline, from corpus to scores:
-  mtcli data prepare tatoeba-en-zh --from ../shared/data/tatoeba-en-zh/raw --out data/tatoeba
-  mtcli tokenizer train --src data/tatoeba/train.src --tgt data/tatoeba/train.tgt --out runs/tok
-  mtcli train --config configs/en-zh-tiny.toml --tokenizer runs/tok --out runs/en-zh
-  mtcli translate -m runs/en-zh/best < data/tatoeba/test.src > hyp.txt
-  mtcli eval --hyp hyp.txt --ref data/tatoeba/test.tgt --tgt-lang zh
+A whole pipeline, from corpus to scores (a small model in about 5 minutes):
+  mtcli data prepare tatoeba-en-zh --out data/tatoeba
+  mtcli tokenizer train --src data/tatoeba/train.src --tgt data/tatoeba/train.tgt \\
+      --vocab-size 4000 --out runs/tok
+  mtcli train --preset quick --src data/tatoeba/train.src --tgt data/tatoeba/train.tgt \\
+      --valid-src data/tatoeba/valid.src --valid-tgt data/tatoeba/valid.tgt --tokenizer runs/tok --out runs/en-zh
+  mtcli translate -m runs/en-zh/best -i data/tatoeba/test.src -o hyp.txt
+  mtcli eval --hyp hyp.txt --ref data/tatoeba/test.tgt
 
 \b
 With the shipped models (English->Chinese and Chinese->English, chosen by the script):

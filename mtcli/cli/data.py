@@ -54,8 +54,16 @@ def _say_json(manifest: dict, keys: tuple[str, ...]) -> None:
 )
 @click.option("--tgt", help="Your corpus: target text, aligned with --src.")
 @click.option("--tsv", help="Your corpus as one source<TAB>target file, instead of --src/--tgt.")
-@click.option("--src-lang", default="en", show_default=True, help="Your corpus: source language.")
-@click.option("--tgt-lang", default="zh", show_default=True, help="Your corpus: target language.")
+@click.option(
+    "--src-lang",
+    default="",
+    help="Your corpus: source language.  [default: identified from its text]",
+)
+@click.option(
+    "--tgt-lang",
+    default="",
+    help="Your corpus: target language.  [default: identified from its text]",
+)
 @click.option("--zh-script", type=click.Choice(["simplified", "keep"]), default="simplified",
               show_default=True)  # fmt: skip
 @click.option("--unicode-form", type=click.Choice(["NFC", "NFKC"]), default="NFC", show_default=True)  # fmt: skip
@@ -110,12 +118,18 @@ def _own_inputs(name, src, tgt, tsv, from_dir) -> tuple[str, str] | None:
 
 def _prepare_own(src: str, tgt: str, out: str, opts: dict) -> None:
     from mtcli.data.own_corpus import OwnCorpusOptions, prepare_own
+    from mtcli.files import check_replaceable
+    from mtcli.text.corpus_languages import languages_of_corpus
 
-    own = OwnCorpusOptions(opts["src_lang"], opts["tgt_lang"], opts["zh_script"], opts["unicode_form"],
+    check_replaceable(out, "corpus", "--out", opts["force"], reads=[p for p in (src, tgt) if p])
+    asked = {"src": opts["src_lang"], "tgt": opts["tgt_lang"]}
+    languages, note = languages_of_corpus(src, tgt or None, asked)
+    own = OwnCorpusOptions(languages["src"], languages["tgt"], opts["zh_script"], opts["unicode_form"],
                            opts["test_size"], opts["valid_size"], opts["seed"], opts["max_chars"],
                            opts["max_ratio"], opts["force"])  # fmt: skip
     with pairs_bar("clean") as progress:
         manifest = prepare_own(src, tgt, out, own, progress)
+    console.print(note, soft_wrap=True, markup=False)
     _say_json(manifest, ("counts", "dropped"))
     console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json", markup=False)
 

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from mtcli.cli.console import warn
+from mtcli.cli.console import console, warn
 from mtcli.cli.options import build_decode_config, decode_options
 from mtcli.data.textio import read_lines
 from mtcli.engines.build import EngineOptions, build_translator, model_for_text
@@ -18,8 +18,9 @@ from mtcli.training.metrics import (
     BLEU_TOKENIZERS,
     MetricOptions,
     Score,
-    bleu_tokenizer_for,
     check_lengths,
+    check_tokenizer_installed,
+    choose_bleu_tokenizer,
     compare_systems,
     confidence,
     score_system,
@@ -112,11 +113,14 @@ def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
     "-m",
     help="Model name or directory (with --src).  [default: by the script of the source]",
 )
-@click.option("--tgt-lang", help="Target language, for the BLEU tokenizer when no model says it.")
+@click.option(
+    "--tgt-lang",
+    help="Target language, for the BLEU tokenizer.  [default: the model's, else the references']",
+)
 @click.option(
     "--tokenize",
     type=click.Choice(BLEU_TOKENIZERS),
-    help="sacrebleu BLEU tokenizer (default: zh for Chinese, else 13a).",
+    help="sacrebleu BLEU tokenizer.  [default: sacrebleu's for the target language: zh, ja-mecab, ko-mecab, else 13a]",
 )
 @click.option(
     "--chrf-word-order", default=0, show_default=True, type=click.IntRange(0, 2), help="2 = chrF++."
@@ -159,7 +163,15 @@ def eval_command(
     systems, model_lang = _systems(src, hyps, model, device, threads, decode)
     for name, lines in systems:
         check_lengths(lines, ref_lines, name, list(refs))
-    language = tgt_lang or model_lang or ""
-    opts = MetricOptions(tokenize or bleu_tokenizer_for(language), chrf_word_order, tuple(names))
+    choice = choose_bleu_tokenizer(
+        dict(zip(refs, ref_lines, strict=True)), dict(systems), tgt_lang or "", model_lang or ""
+    )
+    for message in choice.warnings:
+        warn(message)
+    if not tokenize and "bleu" in names:
+        check_tokenizer_installed(choice.tokenize)
+    opts = MetricOptions(tokenize or choice.tokenize, chrf_word_order, tuple(names))
     results = _scores(systems, ref_lines, opts, with_confidence, bootstrap)
     _print(results, len(ref_lines[0]), opts.tokenize, as_json)
+    if not tokenize and "bleu" in names:  # after the scores: stdout may be gone, and says so
+        console.print(choice.line(), soft_wrap=True, markup=False)

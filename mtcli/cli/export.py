@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from mtcli.cli.console import console
+from mtcli.cli.options import LANGUAGE_CODE_TYPE
 from mtcli.device import import_torch
 from mtcli.errors import UserError
 
@@ -25,21 +26,30 @@ from mtcli.errors import UserError
     help="ctranslate2: for `translate --engine ctranslate2` (pip install 'mtcli[ct2]'); "
     "huggingface: a MarianMT directory for transformers; argos: an .argosmodel package (LibreTranslate).",
 )
-def export_command(checkpoints, out, fp16, force, fmt) -> None:
+@click.option("--src-lang", type=LANGUAGE_CODE_TYPE, help="Relabel the model's source language (e.g. en).")  # fmt: skip
+@click.option("--tgt-lang", type=LANGUAGE_CODE_TYPE, help="Relabel the model's target language (e.g. de).")  # fmt: skip
+def export_command(checkpoints, out, fp16, force, fmt, src_lang, tgt_lang) -> None:
     """Average one or more checkpoints into a compact model directory without trainer state.
 
     \b
     --format ctranslate2 converts one model directory to CTranslate2's format, exactly
     (greedy outputs identical to mtcli's).
+    --src-lang/--tgt-lang relabel a model trained under wrong labels, without retraining.
     """
     from mtcli.store.registry import find
 
+    languages = {k: v for k, v in (("src", src_lang), ("tgt", tgt_lang)) if v}
+    if languages and fmt != "mtcli":
+        raise click.UsageError(
+            f"--src-lang/--tgt-lang relabel an mtcli model: relabel first (mtcli export M --out M2 "
+            f"--tgt-lang ...), then --format {fmt} M2"
+        )
     # each a directory, or a shipped model's name
     paths = [find(c, "CHECKPOINT") for c in checkpoints]
     if fmt in ("ctranslate2", "huggingface", "argos"):
         _export_converted(fmt, paths, Path(out), force)
     else:
-        _export_mtcli(paths, Path(out), fp16, force)
+        _export_mtcli(paths, Path(out), fp16, force, languages)
 
 
 def _export_converted(fmt: str, paths: list[Path], out: Path, force: bool) -> None:
@@ -71,8 +81,8 @@ def _export_converted(fmt: str, paths: list[Path], out: Path, force: bool) -> No
     )
 
 
-def _export_mtcli(paths: list[Path], out: Path, fp16: bool, force: bool) -> None:
-    from mtcli.store.model_dir import check_export_out, check_model_files
+def _export_mtcli(paths: list[Path], out: Path, fp16: bool, force: bool, languages: dict) -> None:
+    from mtcli.store.model_dir import check_export_out, check_model_files, read_config
 
     # before torch: a wrong --out or a damaged checkpoint is one line at once (export_model
     # checks again, with the tensor shapes)
@@ -84,6 +94,13 @@ def _export_mtcli(paths: list[Path], out: Path, fp16: bool, force: bool) -> None
 
     from mtcli.store.checkpoint import export_model
 
-    export_model(paths, out, torch.float16 if fp16 else torch.float32, force=force)
+    saved = export_model(
+        paths, out, torch.float16 if fp16 else torch.float32, force=force, languages=languages
+    )
     precision = "fp16" if fp16 else "fp32"
-    console.print(f"wrote {out} ({precision}, mean of {len(paths)} checkpoint(s))", markup=False)
+    config = read_config(saved)
+    console.print(
+        f"wrote {out} ({precision}, mean of {len(paths)} checkpoint(s), "
+        f"{config['src_lang']}->{config['tgt_lang']})",
+        markup=False,
+    )

@@ -5,6 +5,9 @@ it takes the AttentionTrace of a hypothesis.
 
 from __future__ import annotations
 
+import functools
+import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,8 +96,18 @@ def fits(renderable, width: int = 80) -> list[str]:
     return console.export_text().splitlines()
 
 
+# carried for machines without a CJK font: Droid Sans Fallback (Apache-2.0) cut to GB2312's
+# Hanzi and the shipped vocabularies' (fonts/SOURCE.md; `make font` makes it again)
+CARRIED_FONT = Path(__file__).resolve().parent / "fonts" / "cjk-subset.ttf"
+# families that hold CJK, asked about first (reading every font's character map is slow)
+CJK_FAMILIES = re.compile(
+    r"CJK|Han |Hei|Ming|Song|Kai|Gothic|WenQuanYi|Droid Sans Fallback|Unifont|Noto Sans SC|Noto Sans TC|Noto Sans JP"
+)
+
+
 def save_png(heatmap: Heatmap, path: str | Path) -> Path:
-    """The heatmap as a PNG with labelled axes (needs the optional matplotlib extra)."""
+    """The heatmap as a PNG with labelled axes (needs the optional matplotlib extra); labels
+    in Chinese or Japanese are drawn in a font that has them, never as boxes."""
     try:
         import matplotlib
 
@@ -102,6 +115,57 @@ def save_png(heatmap: Heatmap, path: str | Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("--png needs matplotlib: pip install 'mtcli[plot]'") from None
+    with warnings.catch_warnings():
+        # matplotlib warns once per glyph a font lacks (16 lines for one sentence); the
+        # families below hold every glyph of the labels, and any left is not worth a line each
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from")
+        with plt.rc_context({"font.family": label_fonts([*heatmap.rows, *heatmap.cols, heatmap.title])}):  # fmt: skip
+            return _draw(heatmap, path, plt)
+
+
+def label_fonts(labels: list[str]) -> list[str]:
+    """Font families for the labels: matplotlib's default, then one that has the characters
+    it lacks (a system font where there is one, else the carried subset), as a fallback list
+    (matplotlib takes each glyph from the first family that has it)."""
+    from matplotlib import font_manager
+
+    default = font_manager.FontProperties(family=["sans-serif"])
+    first = font_manager.findfont(default, fallback_to_default=True)
+    missing = {c for c in "".join(labels) if not c.isspace()} - _characters(first)
+    if not missing:
+        return ["sans-serif"]
+    found = _system_font_with(missing)
+    if found is None:
+        font_manager.fontManager.addfont(str(CARRIED_FONT))
+        found = font_manager.FontProperties(fname=str(CARRIED_FONT)).get_name()
+    return ["sans-serif", found] if found else ["sans-serif"]
+
+
+def _system_font_with(characters: set[str]) -> str | None:
+    """The family of an installed font that has all of `characters`, CJK families first."""
+    from matplotlib import font_manager
+
+    fonts = sorted(font_manager.fontManager.ttflist, key=lambda f: not CJK_FAMILIES.search(f.name))
+    for entry in fonts:
+        if not CJK_FAMILIES.search(entry.name):
+            break  # the rest would each have to be opened: the carried font is faster
+        if characters <= _characters(entry.fname):
+            return entry.name
+    return None
+
+
+@functools.cache
+def _characters(font_path: str) -> frozenset[str]:
+    """The characters a font file has glyphs for."""
+    from matplotlib.ft2font import FT2Font
+
+    try:
+        return frozenset(map(chr, FT2Font(font_path).get_charmap()))
+    except (OSError, RuntimeError, ValueError):  # a damaged or unreadable font file
+        return frozenset()
+
+
+def _draw(heatmap: Heatmap, path: str | Path, plt) -> Path:
     rows, cols = heatmap.weights.shape
     fig, ax = plt.subplots(figsize=(max(4, 0.45 * cols + 2), max(3, 0.4 * rows + 1.5)), dpi=100)
     image = ax.imshow(heatmap.weights.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")

@@ -5,11 +5,12 @@ refuse what click lets through (text that is not UTF-8, NaN). Imports no torch.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import click
 
-from mtcli.config import GENERATION_FIELDS, THREADS, DecodeConfig
+from mtcli.config import GENERATION_FIELDS, LANGUAGE_CODE, THREADS, DecodeConfig
 from mtcli.data.textio import invalid_utf8_at
 from mtcli.settings import Layer, build_from_layers, flag
 
@@ -26,6 +27,20 @@ class Utf8Text(click.ParamType):
 
 
 UTF8_TEXT = Utf8Text()
+
+
+class LanguageCodeType(click.ParamType):
+    """A language label as config.LANGUAGE_CODE writes it (en, de, zh-Hant, pt_BR)."""
+
+    name = "code"
+
+    def convert(self, value, param, ctx):
+        if not value or not re.fullmatch(LANGUAGE_CODE, value):
+            self.fail(f"{value!r} is not a language code such as en, de or zh-Hant", param, ctx)
+        return value
+
+
+LANGUAGE_CODE_TYPE = LanguageCodeType()
 
 
 class FiniteRange(click.FloatRange):

@@ -164,33 +164,100 @@ def store_layer(data: str) -> Layer:
     return Layer(dict(filters), lambda k, v: f"{where}: {k} = {v!r}", strict=False)
 
 
-def assemble_config(config_path, flags: dict, resume: str | None, restart: bool) -> TrainConfig:
-    """The run's TrainConfig, on the settings of the checkpoint it would continue from."""
+def preset_layer(name: str) -> Layer:
+    """--preset NAME: a packaged recipe's size and schedule (not its corpus or languages)."""
+    from mtcli.training.presets import load_preset
+
+    preset = load_preset(name)
+    return Layer(preset.settings, lambda k, v: f"--preset {name}: {k} = {v!r}")
+
+
+def settings_layers(
+    config_path, flags: dict, resume: str | None, restart: bool, preset: str | None = None
+) -> tuple[list[Layer], list[Layer]]:
+    """The layers of the run's settings: the base (what the checkpoint it would continue from
+    recorded, or the --init model's shape, and a --data store's filters) and what the user
+    asked for (--preset, --config, the flags), each layer naming its own mistakes."""
     from mtcli.store.registry import find
     from mtcli.training.run_dir import resume_point
 
     if flags.get("init"):  # a model by name, as -m takes it
         flags = {**flags, "init": str(find(flags["init"], "--init"))}
-    requested = [toml_layer(config_path)] if config_path else []
+    requested = [preset_layer(preset)] if preset else []
+    requested += [toml_layer(config_path)] if config_path else []
     requested.append(flag_layer(flags))
     first = build_from_layers(TrainConfig, requested)  # where OUT is, whether --init is set
     checkpoint = resume_point(first.out, resume, restart)
     base = []
-    if checkpoint is not None and not config_path:
+    if checkpoint is not None and not (config_path or preset):
         base = [recorded_layer(checkpoint)]  # `mtcli train --out OUT` alone continues OUT
     elif first.init and checkpoint is None:
         base = [init_layer(first.init)]
     if first.data and checkpoint is None:
         base.append(store_layer(first.data))
+    return base, requested
+
+
+def assemble_config(
+    config_path, flags: dict, resume: str | None, restart: bool, preset: str | None = None
+) -> TrainConfig:
+    """The run's TrainConfig, on the settings of the checkpoint it would continue from (its
+    languages not yet settled: `labelled` does that, once the inputs are checked)."""
+    base, requested = settings_layers(config_path, flags, resume, restart, preset)
     return build_from_layers(TrainConfig, base + requested)
+
+
+def labelled(
+    cfg: TrainConfig, base: list[Layer], requested: list[Layer]
+) -> tuple[TrainConfig, str]:
+    """`cfg` with its languages: those asked for, checked against the corpus, else the
+    corpus's, else what the base recorded; and the line saying where they came from."""
+    from mtcli.training.checks import with_languages
+
+    recorded = {side: value for side, (value, _) in languages_in(base).items()}
+    return with_languages(cfg, languages_in(requested), recorded)
+
+
+def languages_in(layers: list[Layer]) -> dict:
+    """side -> what the last of `layers` that sets its language says (as a value for the base
+    layers, as (value, how it was said) for the requested ones)."""
+    found: dict = {}
+    for layer in layers:
+        for side in ("src", "tgt"):
+            if value := layer.values.get(f"{side}_lang"):
+                found[side] = (value, layer.describe(f"{side}_lang", value))
+    return found
+
+
+def list_presets(ctx, param, value) -> None:
+    """--list-presets: the packaged presets, a line each, on stdout; then exit."""
+    if not value or ctx.resilient_parsing:
+        return
+    from mtcli.training.presets import describe_presets
+
+    for line in describe_presets():
+        click.echo(line)
+    ctx.exit()
 
 
 @click.command("train")
 @click.option(
+    "--preset",
+    help="A packaged size and schedule (e.g. quick, en-zh-tiny); your corpus and languages stay yours.",
+)
+@click.option(
+    "--list-presets",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=list_presets,
+    help="List the presets and exit.",
+)
+@click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
-    help="TOML file with TrainConfig fields.",
+    help="TOML file with TrainConfig fields (after --preset; flags win over both).",
 )
 @click.option("--src", help="Training source text.")
 @click.option("--tgt", help="Training target text (omit when --src is a source<TAB>target file).")
@@ -231,8 +298,12 @@ def assemble_config(config_path, flags: dict, resume: str | None, restart: bool)
 @click.option("--bpe-dropout", type=float, help="BPE-dropout on training text (0 = off).")
 @click.option("--keep", type=int, help="Step checkpoints kept.  [default: 3]")
 @click.option("--patience", type=int, help="Stop after N validations without improvement.")
-@click.option("--src-lang", help="Source language code.  [default: en]")
-@click.option("--tgt-lang", help="Target language code.  [default: zh]")
+@click.option(
+    "--src-lang", help="Source language code.  [default: the corpus's, from its manifest or text]"
+)
+@click.option(
+    "--tgt-lang", help="Target language code.  [default: the corpus's, from its manifest or text]"
+)
 @click.option("--log-every", type=int, help="Steps between progress reports.  [default: 50]")
 @click.option("--threads", type=int, help="Torch threads (0 = all cores).")
 @click.option(
@@ -251,7 +322,7 @@ def assemble_config(config_path, flags: dict, resume: str | None, restart: bool)
     type=click.Choice(["dot", "additive"]),
     help="Cross-attention scores.  [default: dot]",
 )
-def train_command(config_path, resume, restart, force, **flags) -> None:
+def train_command(preset, config_path, resume, restart, force, **flags) -> None:
     """Train a Transformer; checkpoints go to OUT/best, OUT/last and OUT/step-N.
 
     \b
@@ -260,18 +331,21 @@ def train_command(config_path, resume, restart, force, **flags) -> None:
     """
     if resume and restart:
         raise click.UsageError("--resume and --restart exclude each other")
-    cfg = assemble_config(config_path, flags, resume, restart)
+    base, requested = settings_layers(config_path, flags, resume, restart, preset)
+    cfg = build_from_layers(TrainConfig, base + requested)
     from mtcli.training.checks import check_inputs
 
     check_inputs(cfg, force)  # without torch: a wrong file or --out is one line at once
+    cfg, note = labelled(cfg, base, requested)
     limit_kernel_caches()  # bf16 matmuls are oneDNN's: its caches grew without bound
     import_torch()  # only once the settings and inputs are known to be good
     from mtcli.training.loop import train
 
     with ProgressReporter() as reporter:
         result = train(
-            cfg, reporter, resume=resume, restart=restart, force=force, inputs_checked=True
-        )
+            cfg, reporter, resume=resume, restart=restart, force=force, inputs_checked=True,
+            notes=(note,) if note else (),
+        )  # fmt: skip
     console.print(_summary(result), soft_wrap=True, markup=False)
 
 

@@ -128,7 +128,9 @@ def translate_command(
     options = EngineOptions(
         engine, device, threads, quantize or "", align, trace, _glossary(glossary), _warner(quiet), html=html
     )  # fmt: skip
-    paths = [chosen_model(m) for m in models] or [chosen_model(None, src_lang, tgt_lang)]
+    paths = [chosen_model(m) for m in models] or [
+        chosen_model(None, src_lang, tgt_lang, options.warn)
+    ]
     translator = build_translator(paths, cfg, options)
     lines = _input_lines(text, input_file, cfg.chunk_lines)
     with _output(output_path) as out, _progress(input_file, quiet) as advance:

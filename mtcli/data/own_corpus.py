@@ -34,8 +34,10 @@ SPLITS = ("train", "valid", "test")
 class OwnCorpusOptions:
     """How a corpus of the user's is cleaned and split (the Tatoeba preparation's defaults)."""
 
-    src_lang: str = "en"
-    tgt_lang: str = "zh"
+    # the corpus's languages, which the command finds (text/corpus_languages.py): a Chinese
+    # side is converted to Simplified script
+    src_lang: str = ""
+    tgt_lang: str = ""
     zh_script: str = "simplified"  # a Chinese side converted to Simplified script, or "keep"
     unicode_form: str = "NFC"  # NFC keeps full-width CJK punctuation; NFKC folds it
     n_test: int = 2000
@@ -135,6 +137,8 @@ def prepare_own(
     out = Path(out)
     inputs = [p for p in (src, tgt) if p]
     check_replaceable(out, "corpus", "--out", opts.force, reads=inputs)
+    if not (opts.src_lang and opts.tgt_lang):
+        raise UserError("the corpus's languages are needed (text.corpus_languages finds them)")
     with built_aside(out, "manifest.json") as tmp:
         first = first_pass(read_corpus(src, tgt or None), tmp / SCRATCH, opts, progress)
         keep = first_occurrences(first.pair_hashes)

@@ -24,6 +24,7 @@ from mtcli.errors import UserError
 from mtcli.store import registry
 from mtcli.text.glossary import Glossary, phrase_ids
 from mtcli.text.language import majority_language, source_language
+from mtcli.text.language_check import LanguageCheck
 from mtcli.text.layer import TextLayer
 from mtcli.text.sentences import UNSPACED
 
@@ -69,21 +70,41 @@ def build_translator(
         device = prepare_decoding(options.device, options.threads)
     if models[0] is None:
         return _router(cfg, options, device)
-    return _own_translator(models, cfg, options, device)
+    return _own_translator(models, cfg, options, device, chosen=True)
+
+
+def _language_check(model, src_lang: str, options: EngineOptions) -> LanguageCheck:
+    """The check that flags lines in another language than a chosen model's source."""
+    name = Path(model if isinstance(model, Path) else getattr(model, "path", "the model")).name
+    return LanguageCheck(src_lang, name, options.warn, _remedy)
+
+
+def _remedy(language: str) -> str:
+    """What a user can do about a line in `language`."""
+    if registry.for_direction(language, None) is not None:
+        return f"--from {language} picks a model for it"
+    return f"no installed model translates from {language}"
 
 
 def _router(cfg: DecodeConfig, options: EngineOptions, device: torch.device) -> Router:
     """Each line to the installed model for its language, loaded when a line first needs it."""
 
     def for_language(language: str):
-        info = registry.for_direction(language, None)
-        return _own_translator([info.path], cfg, options, device) if info else None
+        choice = registry.choose(language, None)
+        if choice.model is None:
+            return None
+        if note := choice.note():
+            options.warn(note)
+        return _own_translator([choice.model.path], cfg, options, device)
 
     return Router(source_language, for_language, cfg.chunk_lines, options.warn)
 
 
-def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, device):
-    """mtcli's Translator over one model or an ensemble (loaded here when given as paths)."""
+def _own_translator(
+    models: list, cfg: DecodeConfig, options: EngineOptions, device, chosen: bool = False
+):
+    """mtcli's Translator over one model or an ensemble (loaded here when given as paths);
+    `chosen`: by the user, not by each line's language (its lines' languages are checked)."""
     from mtcli.engines.translator import Translator, quantize_int8
     from mtcli.store.checkpoint import load_ensemble
     from mtcli.store.model_dir import generation_defaults
@@ -109,6 +130,7 @@ def _own_translator(models: list, cfg: DecodeConfig, options: EngineOptions, dev
         can_write=lambda s: writes_exactly(tokenizer, s),
         count_tokens=lambda s: len(tokenizer.encode_src(s)), max_tokens=translator.truncate.limit,
         warn=options.warn, html=options.html,
+        language_check=_language_check(models[0], first.src_lang, options) if chosen else None,
     )  # fmt: skip
 
 
@@ -188,23 +210,29 @@ def _ct2_translator(models: list, cfg: DecodeConfig, options: EngineOptions) -> 
         translator, src_lang=translator.src_lang, tgt_lang=translator.tgt_lang,
         can_write=lambda s: True, count_tokens=lambda s: len(translator.src.encode(s)),
         max_tokens=translator.max_src_tokens, warn=options.warn,
+        language_check=_language_check(models[0], translator.src_lang, options),
     )  # fmt: skip
 
 
 # ---------------------------------------------------------------- which model
-def chosen_model(model: str | None, src: str | None = None, tgt: str | None = None) -> Path | None:
+def chosen_model(
+    model: str | None, src: str | None = None, tgt: str | None = None, warn=_quiet
+) -> Path | None:
     """The one model a command uses: -m NAME|DIR, else $MTCLI_MODEL, else the installed model
-    for --from/--to. None when nothing names one: then the script of each line decides."""
+    for --from/--to (`warn` names it when a user's model could have served too). None when
+    nothing names one: then the language of each line decides."""
     if model:
         return registry.find(model, "-m")
     if env := os.environ.get("MTCLI_MODEL"):
         return registry.find(env, "$MTCLI_MODEL")
     if src or tgt:
-        info = registry.for_direction(src, tgt)
-        if info is None:
+        choice = registry.choose(src, tgt)
+        if choice.model is None:
             wanted = f"{src or '*'}->{tgt or '*'}"
             raise UserError(f"no installed model translates {wanted} (`mtcli models` lists them)")
-        return info.path
+        if note := choice.note():
+            warn(note)
+        return choice.model.path
     return None
 
 
@@ -213,7 +241,7 @@ def model_for_text(model: str | None, lines: list[str]) -> Path:
     if (path := chosen_model(model)) is not None:
         return path
     language = majority_language(map(source_language, lines))[0] or "en"
-    info = registry.for_direction(language, None)
+    info = registry.for_direction(language, None)  # the shipped route first, as translate's
     if info is None:
         raise UserError(
             f"no installed model translates from {language} (`mtcli models` lists them)"

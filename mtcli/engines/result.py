@@ -42,6 +42,9 @@ class Translation:
     attention: AttentionMaps | None = None  # with align=True
     trace: list[dict] | None = None  # with trace=True: every step of the search (JSON-ready)
     pieces: list[str] | None = None  # with align=True: the output's pieces (what alignment counts)
+    # when the chosen model translates from another language than the line is surely in
+    # (engines/language_check.py): {"identified": "zh", "model_source": "en"}; translated anyway
+    wrong_language: dict | None = None
 
 
 def translation_record(t: Translation, *, alignment: bool = True, attention: bool = False) -> dict:
@@ -51,6 +54,8 @@ def translation_record(t: Translation, *, alignment: bool = True, attention: boo
     record["nbest"] = [{"translation": s, "score": round(sc, 4)} for s, sc in t.nbest]
     if t.passthrough:
         record["passthrough"] = True  # no model translates this line: it is left as it was
+    if t.wrong_language is not None:  # the model translates from another language
+        record["wrong_language"] = t.wrong_language
     if t.trace is not None:
         record["trace"] = t.trace
     if alignment and t.alignment is not None:

@@ -220,9 +220,11 @@ def export_model(
     *,
     force: bool = False,
     generation: dict | None = None,
+    languages: dict[str, str] | None = None,
 ) -> Path:
     """Write the element-wise mean of checkpoints of one run as a model directory, no trainer
-    state; `generation`: the decoding settings it recommends (else those it had, if any)."""
+    state; `generation`: the decoding settings it recommends (else those it had, if any);
+    `languages`: new labels ("src"/"tgt" -> code) for a model trained under wrong ones."""
     check_export_out(checkpoints, out, force)
     loaded = load_model(checkpoints[0])
     for other in checkpoints[1:]:
@@ -240,8 +242,11 @@ def export_model(
     if len(checkpoints) > 1:
         extra["step"] = max(read_config(c).get("step", 0) for c in checkpoints)
         extra["averaged_from"] = [f"step {read_config(c).get('step')}" for c in checkpoints]
+    labels = {"src": loaded.src_lang, "tgt": loaded.tgt_lang, **(languages or {})}
+    if languages and isinstance(extra.get("train"), dict):  # the record says what it is now
+        extra["train"] = {**extra["train"], **{f"{k}_lang": v for k, v in languages.items()}}
     request = SaveRequest(
-        tokenizer_dir=loaded.path, src_lang=loaded.src_lang, tgt_lang=loaded.tgt_lang,
+        tokenizer_dir=loaded.path, src_lang=labels["src"], tgt_lang=labels["tgt"],
         extra=extra, dtype=dtype,
     )  # fmt: skip
     files.clean_leftovers(out.parent, CONFIG_FILE, out.name.__eq__)

@@ -55,7 +55,7 @@ def read_config(path: str | Path) -> dict:
     if not path.is_dir():
         raise UserError(f"{path}: no such model directory")
     if not cfg_path.is_file():
-        raise UserError(f"{path}: not a model directory (no {CONFIG_FILE})")
+        raise UserError(f"{path}: not a model directory (no {CONFIG_FILE}){_models_inside(path)}")
     config = read_json(cfg_path)
     if not isinstance(config, dict):
         raise UserError(f"{cfg_path}: expected a JSON object, found {type(config).__name__}")
@@ -67,6 +67,21 @@ def read_config(path: str | Path) -> dict:
     model_config(config, cfg_path)  # the model table must be valid before anything uses it
     generation_defaults(config, cfg_path)
     return config
+
+
+def _models_inside(path: Path) -> str:
+    """A training run's folder holds its models one level down: name them (best first)."""
+    inside = [path / name for name in ("best", "last") if (path / name / CONFIG_FILE).is_file()]
+    steps = sorted(path.glob("step-*/" + CONFIG_FILE), key=lambda p: _step_number(p.parent.name))
+    inside += [p.parent for p in steps[-1:]]
+    if not inside:
+        return ""
+    return "; a training run: use " + " or ".join(str(p) for p in inside)
+
+
+def _step_number(name: str) -> int:
+    digits = name.removeprefix("step-")
+    return int(digits) if digits.isdigit() else -1
 
 
 def generation_defaults(config: dict, cfg_path: Path | str = CONFIG_FILE) -> dict:

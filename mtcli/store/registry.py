@@ -124,8 +124,55 @@ def find(name_or_path: str, option: str = "-m") -> Path:
 
 
 def for_direction(src: str | None, tgt: str | None) -> ModelInfo | None:
-    """The first installed model from `src` to `tgt` (either may be None: any)."""
-    for info in installed():
-        if (src is None or info.src_lang == src) and (tgt is None or info.tgt_lang == tgt):
-            return info
-    return None
+    """The installed model from `src` to `tgt` (either may be None: any); see `choose`."""
+    return choose(src, tgt).model
+
+
+@dataclass
+class Choice:
+    """The model chosen for a direction, and the others that could serve it when one of them
+    is the user's (empty when only shipped models do)."""
+
+    model: ModelInfo | None
+    others: list[ModelInfo]
+
+    def note(self) -> str | None:
+        """One line saying which model was used when a user's model could have served too."""
+        if self.model is None or not self.others:
+            return None
+        chosen, src = self.model, self.model.src_lang
+        ranked = sorted(self.others, key=is_shipped)  # the user's first: the likely surprise
+        others = ", ".join(f"{o.name} ({o.direction})" for o in ranked)
+        hint = ranked[0]
+        how = f"-m {hint.name}"
+        if hint.tgt_lang != chosen.tgt_lang:
+            how = f"--to {hint.tgt_lang} or {how}"
+        return f"{src}: used {chosen.name} ({chosen.direction}); also from {src}: {others}; {how} chooses"
+
+
+def choose(src: str | None, tgt: str | None) -> Choice:
+    """The installed model from `src` to `tgt`, and the others that also would do.
+
+    With no target named, the shipped models come first: they are the routes the README
+    describes (English -> en-zh-tiny, Chinese -> zh-en-tiny), so a model added to
+    $MTCLI_MODEL_PATH never changes what language plain input comes out in. With a target
+    named, the search path's order holds (the user's folders first). Among the shipped models
+    of one direction (a teacher and its student) the first by name is the default.
+    """
+    found = [
+        info
+        for info in installed()
+        if (src is None or info.src_lang == src) and (tgt is None or info.tgt_lang == tgt)
+    ]
+    if tgt is None:
+        found.sort(key=lambda info: not is_shipped(info))  # stable: path order otherwise
+    if not found:
+        return Choice(None, [])
+    # the shipped models of one direction (a teacher and its student) are a documented choice;
+    # a user's model beside them is not, and is named
+    users = any(not is_shipped(info) for info in found)
+    return Choice(found[0], found[1:] if users else [])
+
+
+def is_shipped(info: ModelInfo) -> bool:
+    return info.path.parent.resolve() == shipped_models_dir().resolve()

@@ -68,6 +68,48 @@ def source_language(line: str) -> str | None:
     return None
 
 
+# languages that a script names on its own (the identifier never asks py3langid about them)
+SCRIPT_DECIDED = frozenset({"zh", "ja", "ko", *SCRIPT_LANGUAGES})
+# every language the identifier can name: a text claimed to be in one of these and surely in
+# another is in the other; a claim outside it can be contradicted only by a script
+IDENTIFIABLE = SCRIPT_DECIDED | set(LATIN_LANGUAGES) | set(CYRILLIC_LANGUAGES)
+# languages written in Han characters too: a line of Han alone does not rule them out
+HAN_WRITTEN = frozenset({"zh", "ja", "yue", "wuu", "lzh", "cmn", "gan", "hak", "nan"})
+
+
+def sure_language(line: str) -> str | None:
+    """The line's language where the identifier is sure of it: its script names it, or
+    py3langid is confident on three words or more. None where it is only a guess (a short
+    Latin line is English by default in `source_language`, not surely)."""
+    language = source_language(line)
+    if language is None or language in SCRIPT_DECIDED:
+        return language
+    words = LATIN_WORD.findall(_without_spans(line))
+    if language in LATIN_LANGUAGES and len(words) < MIN_WORDS:
+        return None
+    if _probability(line, language) < CONFIDENT:
+        return None
+    return language
+
+
+def base_language(code: str) -> str:
+    """The language part of a code: zh-Hans -> zh, pt_BR -> pt, EN -> en."""
+    return re.split(r"[-_]", code.strip(), maxsplit=1)[0].lower()
+
+
+def contradicts(claimed: str, identified: str | None) -> bool:
+    """Whether text surely in `identified` cannot be in the `claimed` language: they differ,
+    and the identifier could have named `claimed` (one it knows), or `identified` is one its
+    script names alone. Japanese and Cantonese are written in Han too, so Han says nothing
+    against them."""
+    claimed = base_language(claimed)
+    if identified is None or not claimed or claimed == identified:
+        return False
+    if identified == "zh" and claimed in HAN_WRITTEN:
+        return False
+    return claimed in IDENTIFIABLE or identified in SCRIPT_DECIDED
+
+
 def _without_spans(line: str) -> str:
     if not any(c in line for c in "/@`{%<"):  # the usual line: no pattern can match
         return line

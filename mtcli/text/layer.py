@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from mtcli.text.casing import casing_of, restyle, sentence_case
+from mtcli.text.language_check import LanguageCheck
 from mtcli.text.sentences import UNSPACED, WHOLE_TOKENS, fit, join_sentences, split_sentences
 from mtcli.text.spans import NUMBER, find_spans, lost_spans, renumbered, stand_in
 
@@ -48,16 +49,21 @@ class TextLayer:
         max_tokens: int,
         warn: Callable[[str], None] = lambda message: None,
         html: bool = False,
+        language_check: LanguageCheck | None = None,
     ):
         self.inner, self.src_lang, self.tgt_lang = inner, src_lang, tgt_lang
+        # a model chosen by hand: lines in another language than its source are flagged
+        self.language_check = language_check
         self.html = html  # each line is an HTML document (the inner translator aligns words)
         self.can_write, self.count_tokens, self.max_tokens = can_write, count_tokens, max_tokens
         self.warn = warn
 
     def translate_chunk(self, lines: list[str], prefixes: list[str | None] | None = None) -> list:
-        if self.html:
-            return [self._document(line) for line in lines]
-        return self._text(lines, prefixes)
+        html = self.html
+        results = [self._document(line) for line in lines] if html else self._text(lines, prefixes)
+        if self.language_check is not None:
+            return self.language_check.mark(lines, results)
+        return results
 
     def _document(self, line: str):
         """An HTML line: its runs of text translated as lines are, its tags put back."""

@@ -8,6 +8,7 @@ run). What needs torch, the --init model's tensor shapes, train() checks itself.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from pathlib import Path
@@ -20,6 +21,7 @@ from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
 from mtcli.files import check_replaceable
 from mtcli.store.model_dir import check_model_files
+from mtcli.text.corpus_languages import SideLanguage, corpus_languages, describe, settle_languages
 from mtcli.training.run_dir import check_run_out
 
 # model fields that follow from the tokenizer, not from the user's settings
@@ -53,6 +55,65 @@ def check_inputs(cfg: TrainConfig, force: bool) -> None:
             raise UserError(
                 "--tensorboard needs the tensorboard package: pip install 'mtcli[tensorboard]'"
             ) from None
+
+
+def with_languages(
+    cfg: TrainConfig, asked: dict[str, tuple[str, str]], fallback: dict[str, str] | None = None
+) -> tuple[TrainConfig, str]:
+    """`cfg` with the run's languages, and a line saying where they came from: those `asked`
+    for (side -> (code, how), from a flag or a TOML key) when the corpus does not contradict
+    them, else the corpus's (its manifest, or its text), else `fallback`'s (what the run being
+    continued or the --init model recorded). Without a corpus `cfg` is returned as it is, and
+    check_inputs says what is missing."""
+    if not (cfg.src or cfg.data):
+        return cfg, ""
+    known = training_corpus_languages(cfg)
+    for side, code in (fallback or {}).items():
+        if code and (side not in known or not known[side].language):
+            known[side] = SideLanguage(code, "the checkpoint it starts from", False)
+    settled = settle_languages(known, asked)
+    note = describe(settled, known, asked)
+    return dataclasses.replace(cfg, src_lang=settled["src"], tgt_lang=settled["tgt"]), note
+
+
+def training_corpus_languages(cfg: TrainConfig) -> dict[str, SideLanguage]:
+    """The languages of the corpus a run trains on: --src/--tgt's, or the files a --data store
+    was binarized from while they are there ({} when nothing can be read)."""
+    if cfg.src:
+        return corpus_languages(cfg.src, cfg.tgt or None)
+    if cfg.data and (manifest := read_manifest(cfg.data)):
+        paths = [entry["path"] for entry in manifest.get("corpus", [])]
+        if paths and all(Path(p).is_file() for p in paths):
+            return corpus_languages(paths[0], paths[1] if len(paths) > 1 else None)
+    return {}
+
+
+def warmup_outlasts_budget(cfg: TrainConfig, step: int = 0, elapsed: float = 0.0) -> str | None:
+    """A line when the run's budget ends inside its warm-up, so its learning rate never
+    reaches the peak the schedule is built around: known at once for --max-steps, estimated
+    from the step rate (after 20 steps) for --max-time. None otherwise."""
+    hint = "or pick a size with --preset (`mtcli train --list-presets`)"
+    if cfg.max_steps and cfg.max_steps < cfg.warmup:
+        return (
+            f"--max-steps {cfg.max_steps:,} ends inside the warm-up (--warmup {cfg.warmup:,}): "
+            f"the learning rate never reaches its peak; give --warmup {_tenth(cfg.max_steps)}, {hint}"
+        )
+    if not cfg.max_time or step < 20 or elapsed <= 0:
+        return None
+    rate = step / elapsed
+    ends = int(rate * cfg.max_time * 60)
+    if ends >= cfg.warmup or (cfg.max_steps and cfg.max_steps <= ends):
+        return None
+    return (
+        f"at {rate:.1f} steps/s, --max-time {cfg.max_time:g} ends near step {ends:,}, inside the "
+        f"warm-up (--warmup {cfg.warmup:,}): the learning rate never reaches its peak; give "
+        f"--warmup {_tenth(ends)}, {hint}"
+    )
+
+
+def _tenth(steps: int) -> int:
+    """A warm-up of a tenth of a short run, as the shipped presets have (1,000 of 13,000)."""
+    return max(1, steps // 10)
 
 
 def check_store(cfg: TrainConfig) -> None:

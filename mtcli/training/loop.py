@@ -37,7 +37,7 @@ from mtcli.data.tokenizer import Tokenizer
 from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted
 from mtcli.store.checkpoint import SaveRequest, check_model_dir, write_model_dir
-from mtcli.training.checks import check_inputs
+from mtcli.training.checks import check_inputs, warmup_outlasts_budget, with_languages
 from mtcli.training.distributed import ProcessGroup, rng_state, set_rng_state, start_process_group
 from mtcli.training.reports import Message, Report, StepReport, TrainResult, ValidReport
 from mtcli.training.run_dir import RunDir
@@ -158,34 +158,43 @@ def train(
     restart: bool = False,
     force: bool = False,
     inputs_checked: bool = False,
+    notes: tuple[str, ...] = (),
 ) -> TrainResult:
     """Train as `cfg` says; return where it stopped. Raises Interrupted on a signal.
 
     Continues from `resume`, else from the newest checkpoint in OUT, unless `restart`.
     `inputs_checked`: the caller ran checks.check_inputs on `cfg` already (the CLI does, before
-    it imports torch), so the files are not read twice.
+    it imports torch), so the files are not read twice. `notes`: lines said once the run has
+    begun, beside its settings (where the CLI found the languages).
     """
     device = pick_device(cfg.device)
     if device.type == "cpu":
         use_cores(cfg.threads)
     if not inputs_checked:
         check_inputs(cfg, force)  # before OUT is touched: a mistake there writes nothing
+    if not (cfg.src_lang and cfg.tgt_lang):  # a library caller's config: the corpus's languages
+        asked = {
+            s: (v, f"{s}_lang = {v!r}") for s in ("src", "tgt") if (v := getattr(cfg, f"{s}_lang"))
+        }
+        cfg, note = with_languages(cfg, asked)
+        notes = (*notes, note) if note else notes
     if cfg.init:
         check_model_dir(cfg.init)  # its tensor shapes too, the one check that needs torch
     group = start_process_group(device)
     run = RunDir.open(cfg.out, writer=group.is_main, force=force)
     try:
-        return _train(cfg, report, resume, restart, group, run)
+        return _train(cfg, report, resume, restart, group, run, notes)
     finally:
         run.close()
         group.stop()
 
 
 def _train(
-    cfg: TrainConfig, report, resume: str | None, restart: bool, group: ProcessGroup, run: RunDir
-) -> TrainResult:
+    cfg: TrainConfig, report, resume: str | None, restart: bool, group: ProcessGroup, run: RunDir,
+    notes: tuple[str, ...] = (),
+) -> TrainResult:  # fmt: skip
     say = report if group.is_main else (lambda r: None)
-    trainer, train_set, checkpoint = _set_up(cfg, say, resume, restart, group, run)
+    trainer, train_set, checkpoint = _set_up(cfg, say, resume, restart, group, run, notes)
     if spent := _budget_spent(cfg, trainer.pos, bad_valids=0):
         say(Message(f"nothing to do: {checkpoint} is at step {trainer.pos.step}, and {spent}"))
         return trainer.result
@@ -194,6 +203,8 @@ def _train(
         trainer.net = torch.nn.parallel.DistributedDataParallel(trainer.model, device_ids=ids)
     if group.is_main:
         run.start_metrics(cfg.tensorboard, resumed_at=trainer.pos.step if checkpoint else None)
+    if note := warmup_outlasts_budget(cfg):
+        say(Message(note))
 
     # epochs until a budget is spent or a signal comes; each step: lr, forward, loss,
     # backward, clip, step (Trainer.step); then log, validate and save as they are due
@@ -209,7 +220,7 @@ def _train(
     return trainer.finish()
 
 
-def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: RunDir):
+def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: RunDir, notes=()):
     """The model and tokenizer (a checkpoint of this run, a model to fine-tune, or new), the
     training set, validation, the optimizer, and where the run stands."""
     device, precision = group.device, Precision(group.device, cfg.precision)
@@ -220,6 +231,8 @@ def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: Ru
     # the model table as built: its vocabulary sizes come from the tokenizer, not the flags
     shown = {**to_dict(cfg), "model": to_dict(model.cfg)}
     say(Message(f"config: {json.dumps(shown, ensure_ascii=False)}"))
+    for note in notes:
+        say(Message(note))
     say(Message(f"model: {model.num_parameters():,} parameters, {group.world} process(es), "
                 f"device {device}, {precision.name}"))  # fmt: skip
     if group.world > 1 and checkpoint is None:
@@ -283,6 +296,7 @@ class Trainer:
     last_valid: ValidReport | None = None
     window_tokens: float = 0.0  # target tokens since the last progress report
     window_start: float = field(default_factory=time.monotonic)
+    warmup_checked: bool = False  # whether --max-time's steps were set against the warm-up
 
     def step(
         self, store: TokenStore, batches: list, resplit: Resplit | None
@@ -314,6 +328,10 @@ class Trainer:
         report = StepReport(pos.step, pos.epoch + 1, loss, lr, rate, pos.elapsed, done)
         self.say(report)
         self.run.record(report)
+        if not self.warmup_checked and pos.step >= 20 and self.cfg.max_steps >= self.cfg.warmup:
+            self.warmup_checked = True
+            if note := warmup_outlasts_budget(self.cfg, pos.step, pos.elapsed):
+                self.say(Message(note))
 
     def after_step(self, epochs_done: bool = False) -> bool:
         """Validate and checkpoint as they are due; True when the run ends at this step."""

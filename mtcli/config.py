@@ -222,6 +222,7 @@ class DistillConfig:
     # the teacher's search: Kim & Rush train on its beam output (greedy outputs are noisier)
     beam_size: int = 5
     teacher_engine: str = "mtcli"  # or "ctranslate2": the teacher exported into OUT and run there
+    part_lines: int = 2000  # sources translated and written as one part: what a kill may cost
     # share of pairs left out, those with the teacher's lowest scores (its length-normalised
     # log-probability): its least confident translations (0 = keep all, as Kim & Rush)
     drop_worst: float = 0.0
@@ -356,6 +357,7 @@ LIMITS: dict[type, dict[str, Limit]] = {
     DistillConfig: {
         "beam_size": ROWS_PER_LINE,
         "teacher_engine": Limit(choices=("mtcli", "ctranslate2")),
+        "part_lines": AT_LEAST_1,
         "drop_worst": PROBABILITY,
         "average": AT_LEAST_1,
         "student_beam": ROWS_PER_LINE,

@@ -44,6 +44,15 @@ ZH_LINES = [
 ] * 4
 
 
+def pytest_ignore_collect(collection_path, config):
+    """`make test` (-m 'not e2e') does not even import tests/e2e: its modules import the
+    heavy extras (transformers alone takes a second) only for tests it would deselect."""
+    markers = config.getoption("markexpr", "") or ""
+    if collection_path.name == "e2e" and markers.replace(" ", "") == "note2e":
+        return True
+    return None
+
+
 @pytest.fixture(scope="session")
 def langid_cache(tmp_path_factory) -> list[Path]:
     """The language identifier's cached model, made once for the session (1 s each time)."""
@@ -99,6 +108,16 @@ def run_mtcli(
         cwd=REPO,
         env={**os.environ, "NO_COLOR": "1", **(env or {})},
     )
+
+
+@pytest.fixture(scope="session")
+def training_forks():
+    """`mtcli train` processes forked from a parent that imported torch once (tests/forked.py)."""
+    from tests.forked import TRAINING, ForkServer
+
+    server = ForkServer(TRAINING)
+    yield server
+    server.close()
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ from mtcli.files import clean_leftovers, replace_dir, temp_dir_beside
 from mtcli.store.checkpoint import load_model, load_trainer_state
 from mtcli.training.loop import train
 from mtcli.training.run_dir import STEP_DIR, RunDir
-from tests.conftest import REPO, copy_tokenizer, copy_train_config
+from tests.conftest import copy_tokenizer, copy_train_config
+from tests.forked import ForkedProcess, ForkServer
 
 
 def _kill_args(tmp_path: Path, out: Path) -> list[str]:
@@ -42,17 +43,11 @@ def _kill_args(tmp_path: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _start(args: list[str], log: Path | None = None) -> subprocess.Popen:
-    """The real `mtcli` with stderr piped, or written to `log` (a run nobody reads while it
-    goes would block once the pipe is full)."""
-    command = [sys.executable, "-m", "mtcli", *args]
-    env = {**os.environ, "NO_COLOR": "1"}
-    if log is None:
-        return subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
-        )
-    with log.open("w") as err:
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=env)
+def _start(forks: ForkServer, args: list[str], log: Path | None = None) -> ForkedProcess:
+    """`mtcli ARGS` in a process of its own, with stderr piped, or written to `log` (a run
+    nobody reads while it goes would block once the pipe is full). Forked from a parent that
+    imported torch already (tests/forked.py): each start here was 2.3 CPU-seconds of imports."""
+    return forks.spawn(args, stderr=log if log is not None else "pipe")
 
 
 def _kill_at_a_random_moment(proc: subprocess.Popen, rng: random.Random) -> str:
@@ -86,7 +81,7 @@ def _every_checkpoint_loads(out: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_moments_then_rerun_is_bit_exact(tmp_path):
+def test_sigkill_at_random_moments_then_rerun_is_bit_exact(tmp_path, training_forks):
     """A run SIGKILLed at 5 random moments and re-run after each kill ends with exactly the
     weights of an uninterrupted run; after every kill, every checkpoint on disk loads."""
     rng = random.Random(int(os.environ.get("MTCLI_KILL_SEED", time.time())))
@@ -94,12 +89,12 @@ def test_sigkill_at_random_moments_then_rerun_is_bit_exact(tmp_path):
     # argument lists are made first, as making one rewrites the corpus files a run reads
     uninterrupted = _kill_args(tmp_path, tmp_path / "straight")
     args = _kill_args(tmp_path, tmp_path / "killed")
-    straight = _start(uninterrupted, log=tmp_path / "straight.log")
+    straight = _start(training_forks, uninterrupted, log=tmp_path / "straight.log")
     moments = []
     for _ in range(5):
-        moments.append(_kill_at_a_random_moment(_start(args), rng))
+        moments.append(_kill_at_a_random_moment(_start(training_forks, args), rng))
         _every_checkpoint_loads(tmp_path / "killed")
-    final = _start(args)
+    final = _start(training_forks, args)
     out, err = final.communicate(timeout=300)
     assert final.returncode == 0 and "Traceback" not in err, err
     assert straight.wait(timeout=300) == 0, (tmp_path / "straight.log").read_text()
@@ -113,7 +108,7 @@ def test_sigkill_at_random_moments_then_rerun_is_bit_exact(tmp_path):
 
 
 @pytest.mark.slow
-def test_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path):
+def test_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, training_forks):
     """Ctrl-C twice, 0.05 s apart, at three moments: exit 130, no traceback; what is on disk loads."""
 
     outs = [tmp_path / f"run{attempt}" for attempt in range(3)]
@@ -121,7 +116,7 @@ def test_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path):
 
     def interrupt_twice(attempt: int) -> None:
         out = outs[attempt]
-        proc = _start(runs[attempt])
+        proc = _start(training_forks, runs[attempt])
         while not (line := proc.stderr.readline()).startswith("epoch "):
             assert line, "the run ended before its first step"
         time.sleep(0.1 * attempt)

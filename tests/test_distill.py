@@ -119,11 +119,11 @@ def distilled(tmp_path_factory, copy_model_dir):
     """One distillation of the copy model on 40 sources, in parts of 16 lines."""
     tmp = tmp_path_factory.mktemp("distill")
     src = write_lines(tmp / "sources", copy_sentences(40, seed=11))
-    cfg = DistillConfig(teacher=str(copy_model_dir), src=str(src), out=str(tmp / "kd"), average=2)
+    cfg = DistillConfig(
+        teacher=str(copy_model_dir), src=str(src), out=str(tmp / "kd"), average=2, part_lines=16
+    )
     student = _student_config(tmp, src)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(distill_module, "CHUNK_LINES", 16)
-        model = distill(cfg, student)
+    model = distill(cfg, student)
     return cfg, student, model
 
 
@@ -171,7 +171,6 @@ def test_a_killed_distillation_translates_only_what_is_missing(distilled, monkey
         translator.translate_chunk = lambda lines: chunks.append(len(lines)) or original(lines)
         return translator
 
-    monkeypatch.setattr(distill_module, "CHUNK_LINES", 16)
     monkeypatch.setattr(distill_module, "teacher_translator", counting)
     distill(cfg, student)
     assert chunks == [8] and (folder / "train.tgt").read_bytes() == before
@@ -200,7 +199,7 @@ def test_a_damaged_part_is_one_line(distilled, tmp_path, damage, message):
     (out / "teacher" / "manifest.json").unlink()
     part = out / "teacher" / "parts" / "000001.tsv"
     part.write_text("".join(damage(part.read_text().splitlines(keepends=True))))
-    other = DistillConfig(teacher=cfg.teacher, src=cfg.src, out=str(out))
+    other = DistillConfig(teacher=cfg.teacher, src=cfg.src, out=str(out), part_lines=16)
     with pytest.raises(UserError, match=message):
         distill_module.teacher_outputs(other, out / "teacher", lambda r: None)
     assert not (out / "teacher" / "manifest.json").exists()
@@ -499,25 +498,22 @@ def test_a_ctranslate2_export_keeps_the_generation_defaults(greedy_model, tmp_pa
     assert CT2Translator(out8, DecodeConfig(), quantize="none").translator.compute_type == "float32"
 
 
-def test_a_sigkilled_distill_resumes_to_the_same_teacher_outputs(tmp_path, copy_model_dir):
+def test_a_sigkilled_distill_resumes_to_the_same_teacher_outputs(
+    tmp_path, copy_model_dir, training_forks
+):
     """A real `mtcli distill` SIGKILLed at a random moment of the teacher's pass (after a first
-    part is written) and run again ends with the teacher outputs of an uninterrupted pass."""
-    import os
+    part is written) and run again ends with the teacher outputs of an uninterrupted pass
+    (parts of 200 lines: the first part is written, the last not yet, at the kill)."""
     import signal
-    import subprocess
-    import sys
     import time
 
-    from tests.conftest import REPO
-
-    lines = copy_sentences(5000, seed=13)  # 3 parts of 2,000 lines
+    lines = copy_sentences(1000, seed=13)  # 5 parts of 200 lines
     src = write_lines(tmp_path / "sources", lines)
     toml = tmp_path / "student.toml"
     toml.write_text(STUDENT_TOML.replace("max_steps = 6", "max_steps = 1"), encoding="utf-8")
-    args = [sys.executable, "-m", "mtcli", "distill", "--teacher", str(copy_model_dir), "--src", str(src),
-            "--config", str(toml), "--out", str(tmp_path / "kd"), "--average", "1"]  # fmt: skip
-    env = {**os.environ, "NO_COLOR": "1"}
-    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    args = ["distill", "--teacher", str(copy_model_dir), "--src", str(src),
+            "--config", str(toml), "--out", str(tmp_path / "kd"), "--average", "1", "--part-lines", "200"]  # fmt: skip
+    proc = training_forks.spawn(args, stderr=tmp_path / "killed.log")  # a process of its own
     parts = tmp_path / "kd" / "teacher" / "parts"
     deadline = time.monotonic() + 120
     while not list(parts.glob("*.tsv")) and time.monotonic() < deadline and proc.poll() is None:
@@ -526,7 +522,7 @@ def test_a_sigkilled_distill_resumes_to_the_same_teacher_outputs(tmp_path, copy_
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "distill ended before the kill"
     assert not (tmp_path / "kd" / "teacher" / "manifest.json").exists()
-    again = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr
+    code, _, err = training_forks.run(args, timeout=300)
+    assert code == 0, err.decode()
     got = (tmp_path / "kd" / "teacher" / "train.tgt").read_text(encoding="utf-8").splitlines()
     assert got == _translate(copy_model_dir, lines, beam_size=5)

@@ -20,8 +20,9 @@ from tests.conftest import REPO, copy_sentences, copy_tokenizer, write_lines
 SHAPE = dict(d_model=32, n_heads=2, d_ff=64, n_enc_layers=1, n_dec_layers=1, dropout=0.0)
 # lr 0.06 from the first step (warm-up 1): steps big enough that a wrong average would show
 SETTINGS = dict(
-    max_tokens=64, max_steps=3, lr_factor=0.35, warmup=1, threads=1, log_every=1, max_len=32
-)
+    max_tokens=64, max_steps=3, lr_factor=0.35, warmup=1, threads=1, log_every=1, max_len=32,
+    valid_every=3, valid_bleu_lines=8,
+)  # fmt: skip
 
 
 def _free_port() -> int:
@@ -37,14 +38,16 @@ def _flags(settings: dict) -> list[str]:
 @pytest.mark.slow
 def test_two_ranks_equal_one_process_with_the_same_global_batches(tmp_path):
     """torchrun 2 ranks x --accum 2 (strided shares, no_sync, loss over the global token count)
-    ends with the weights of 1 process x --accum 4 over the same batches, to fp32 tolerance."""
+    ends with the weights of 1 process x --accum 4 over the same batches, to fp32 tolerance;
+    the real `torchrun -m mtcli train` validates (rank 0) and leaves last/ and best/ to load."""
     tok = copy_tokenizer(tmp_path)
     lines = copy_sentences(300, seed=3)
     src, tgt = write_lines(tmp_path / "c.src", lines), write_lines(tmp_path / "c.tgt", lines[::-1])
+    valid = dict(valid_src=str(src), valid_tgt=str(tgt))
     single = train(TrainConfig(src=str(src), tgt=str(tgt), tokenizer=str(tok), out=str(tmp_path / "one"),
-                               accum=4, model=ModelConfig(**SHAPE), **SETTINGS))  # fmt: skip
+                               accum=4, model=ModelConfig(**SHAPE), **SETTINGS, **valid))  # fmt: skip
     args = ["train", "--src", str(src), "--tgt", str(tgt), "--tokenizer", str(tok), "--out", str(tmp_path / "two"),
-            "--accum", "2", *_flags(SHAPE), *_flags(SETTINGS)]  # fmt: skip
+            "--accum", "2", *_flags(SHAPE), *_flags(SETTINGS), *_flags(valid)]  # fmt: skip
     torchrun = [
         sys.executable,
         "-m",
@@ -72,9 +75,11 @@ def test_two_ranks_equal_one_process_with_the_same_global_batches(tmp_path):
     losses = [
         float(line.split(" loss ")[1].split()[0])
         for line in proc.stderr.splitlines()
-        if " loss " in line
+        if line.startswith("epoch ")
     ]
     assert losses == pytest.approx([round(x, 3) for x in single.losses], abs=1.5e-3)
+    state = torch.load(tmp_path / "two" / "last" / "trainer_state.pt", weights_only=True)
+    assert state["step"] == 3 and load_model(tmp_path / "two" / "best").model.cfg.d_model == 32
 
 
 def _without_key_biases(weights: dict) -> dict:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_mtcli, write_lines
+from tests.conftest import REPO, write_lines
+from tests.forked import ForkServer
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
@@ -884,37 +885,42 @@ def world(tmp_path_factory, copy_model_dir) -> Path:
     return d
 
 
-def _run_case(world: Path, root: Path, case) -> tuple[str, str | None]:
-    """Run one case in its own copy of the world; None when it behaved, else what went wrong."""
+def _run_case(world: Path, root: Path, case, forks: ForkServer) -> tuple[str, str | None]:
+    """Run one case in its own process and its own copy of the world; None when it behaved,
+    else what went wrong."""
     name, args, stdin, expected, setup = case
     d = root / name.replace(" ", "_")
     shutil.copytree(world, d, symlinks=True)
     if setup:
         setup(d)
     before = _snapshot(d)
-    proc = run_mtcli(*(a.format(dir=d) for a in args), input=stdin or b"", timeout=120, binary=True)
-    lines = proc.stderr.decode(errors="replace").strip().splitlines()
+    code, stdout, stderr = forks.run([a.format(dir=d) for a in args], stdin or b"", REPO)
+    lines = stderr.decode(errors="replace").strip().splitlines()
     problems = []
-    if proc.returncode != 2:
-        problems.append(f"exit {proc.returncode}")
-    if len(lines) != 1 or "Traceback" in proc.stderr.decode(errors="replace"):
+    if code != 2:
+        problems.append(f"exit {code}")
+    if len(lines) != 1 or "Traceback" in stderr.decode(errors="replace"):
         problems.append(f"{len(lines)} stderr lines")
     if lines and expected not in lines[-1]:
         problems.append(f"message lacks {expected!r}")
-    if proc.stdout:
+    if stdout:
         problems.append("stdout not empty")
     if _snapshot(d) != before:
         problems.append("files changed")
     got = lines[-1] if lines else ""
-    return f"{name}: exit {proc.returncode}: {got}", ("; ".join(problems) or None)
+    return f"{name}: exit {code}: {got}", ("; ".join(problems) or None)
 
 
 @pytest.mark.slow
 def test_every_bad_input_is_one_line_exit_2_and_changes_nothing(world, tmp_path):
     """Each case of the table: one stderr line with the expected words, exit 2, no traceback,
     no stdout, its folder byte for byte as before."""
-    with ThreadPoolExecutor(max_workers=4) as pool:  # mostly start-up time: overlap it
-        outcomes = list(pool.map(lambda case: _run_case(world, tmp_path, case), CASES))
+    forks = ForkServer()  # a process a case, forked from a warm parent (tests/forked.py)
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:  # one a core
+            outcomes = list(pool.map(lambda case: _run_case(world, tmp_path, case, forks), CASES))
+    finally:
+        forks.close()
     print("\n".join(line for line, _ in outcomes))  # the table, for the closing note
     failures = [f"{line}  <- {problem}" for line, problem in outcomes if problem]
     assert not failures, "\n".join(failures)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 PACKAGE = REPO / "mtcli"
@@ -107,27 +109,33 @@ def _fresh(code: str) -> str:
     return proc.stdout.strip()
 
 
-def test_the_training_loop_imports_no_terminal_library():
-    """`import mtcli.training.loop` (and the validation and server code) loads neither rich nor
-    click: progress reaches the terminal through a callback the CLI supplies."""
+@pytest.fixture(scope="module")
+def fresh_imports() -> list[str]:
+    """One fresh process (torch's import is most of it): first the library below cli/, then
+    every module, each step printing what the tests below check."""
     code = (
-        "import sys, mtcli.training.loop, mtcli.engines.build, mtcli.serving.app; "
-        "print(sorted(m for m in ('rich', 'click') if m in sys.modules))"
-    )
-    assert _fresh(code) == "[]"
-
-
-def test_importing_mtcli_sets_no_environment_variable():
-    """Every module of the library imported in one process: os.environ is as it was (the
-    oneDNN cache limits are set by the commands, through device.limit_kernel_caches)."""
-    code = (
-        "import os, pkgutil, importlib, mtcli; before = dict(os.environ)\n"
+        "import os, sys, pkgutil, importlib; before = dict(os.environ)\n"
+        "import mtcli.training.loop, mtcli.engines.build, mtcli.serving.app\n"
+        "print(sorted(m for m in ('rich', 'click') if m in sys.modules))\n"
+        "import mtcli\n"
         "for m in pkgutil.walk_packages(mtcli.__path__, 'mtcli.'):\n"
         "    if m.name not in ('mtcli.__main__',): importlib.import_module(m.name)\n"
         "after = dict(os.environ)\n"
         "print(sorted(set(before.items()) ^ set(after.items())))"
     )
-    assert _fresh(code) == "[]"
+    return _fresh(code).splitlines()
+
+
+def test_the_training_loop_imports_no_terminal_library(fresh_imports):
+    """`import mtcli.training.loop` (and the validation and server code) loads neither rich nor
+    click: progress reaches the terminal through a callback the CLI supplies."""
+    assert fresh_imports[0] == "[]"
+
+
+def test_importing_mtcli_sets_no_environment_variable(fresh_imports):
+    """Every module of the library imported in one process: os.environ is as it was (the
+    oneDNN cache limits are set by the commands, through device.limit_kernel_caches)."""
+    assert fresh_imports[1] == "[]"
 
 
 def _functions(path: Path):

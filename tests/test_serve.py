@@ -35,6 +35,16 @@ def _models(path: Path, delay: float = 0.0) -> Models:
     return Models(load)
 
 
+@pytest.fixture(scope="module")
+def serving_forks():
+    """`mtcli serve` processes forked from a parent that imported torch and the server once."""
+    from tests.forked import SERVING, ForkServer
+
+    server = ForkServer(SERVING)
+    yield server
+    server.close()
+
+
 @pytest.fixture
 def client(copy_model_dir):
     logs: list[str] = []
@@ -249,16 +259,21 @@ def _free_port() -> int:
 
 
 class _Server:
-    """`mtcli serve` in a subprocess on a free port; stderr is collected for the log lines."""
+    """`mtcli serve` in a process of its own on a free port; stderr is collected for the log
+    lines. `forks`: forked from a warm parent (tests/forked.py) instead of a fresh Python."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, forks=None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mtcli", "serve", "--port", str(self.port), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-            env={**os.environ, "NO_COLOR": "1"},
-        )  # fmt: skip
+        argv = ["serve", "--port", str(self.port), *args]
+        if forks is not None:
+            self.proc = forks.spawn(argv)
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "mtcli", *argv],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                env={**os.environ, "NO_COLOR": "1"},
+            )  # fmt: skip
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
@@ -277,12 +292,14 @@ class _Server:
 
 
 @pytest.mark.slow
-def test_concurrent_requests_are_batched_and_equal_mtcli_translate(copy_model_dir, tmp_path):
+def test_concurrent_requests_are_batched_and_equal_mtcli_translate(
+    copy_model_dir, tmp_path, serving_forks
+):
     """64 concurrent requests of different lengths to a real server: each answer equals what
     `mtcli translate` prints for its line, and the worker ran fewer batches than requests."""
     lines = copy_sentences(64, seed=11)
     lines[5] = " ".join(lines[:20])  # a long one among short ones
-    server = _Server("-m", str(copy_model_dir), "--batch-wait-ms", "20")
+    server = _Server("-m", str(copy_model_dir), "--batch-wait-ms", "20", forks=serving_forks)
     try:
 
         async def everyone():
@@ -307,9 +324,9 @@ def test_concurrent_requests_are_batched_and_equal_mtcli_translate(copy_model_di
 
 
 @pytest.mark.slow
-def test_sigterm_finishes_the_request_in_flight(copy_model_dir, copy_lines):
+def test_sigterm_finishes_the_request_in_flight(copy_model_dir, copy_lines, serving_forks):
     """SIGTERM while a request waits in the batch window: it is answered, then exit 0."""
-    server = _Server("-m", str(copy_model_dir), "--batch-wait-ms", "1000")
+    server = _Server("-m", str(copy_model_dir), "--batch-wait-ms", "1000", forks=serving_forks)
     result = {}
 
     def ask():
@@ -327,9 +344,11 @@ def test_sigterm_finishes_the_request_in_flight(copy_model_dir, copy_lines):
 
 
 @pytest.mark.slow
-def test_a_client_that_disconnects_does_not_stall_the_worker(copy_model_dir, copy_lines):
+def test_a_client_that_disconnects_does_not_stall_the_worker(
+    copy_model_dir, copy_lines, serving_forks
+):
     """Clients that send a request and hang up at once leave the server answering others."""
-    server = _Server("-m", str(copy_model_dir), "--batch-wait-ms", "200")
+    server = _Server("-m", str(copy_model_dir), "--batch-wait-ms", "200", forks=serving_forks)
     try:
         body = json.dumps({"q": "a b", "source": "en", "target": "en"}).encode()
         for _ in range(5):
@@ -344,57 +363,6 @@ def test_a_client_that_disconnects_does_not_stall_the_worker(copy_model_dir, cop
     finally:
         code, _ = server.stop()
     assert code == 0
-
-
-@pytest.mark.slow
-def test_serve_with_the_ctranslate2_engine(tmp_path, copy_model_dir, copy_lines):
-    """`mtcli serve --engine ctranslate2` on an export answers as mtcli's engine does (greedy)."""
-    pytest.importorskip("ctranslate2")
-    from mtcli.store.ct2_export import export_ctranslate2
-
-    exported = export_ctranslate2(copy_model_dir, tmp_path / "letters-ct2")
-    server = _Server("--engine", "ctranslate2", "-m", str(exported), "--beam-size", "1")
-    try:
-        q = {"q": copy_lines[:3], "source": "en", "target": "en"}
-        r = httpx.post(server.url + "/translate", json=q, timeout=30)
-    finally:
-        code, err = server.stop()
-    assert r.status_code == 200 and r.json()["translatedText"] == _reference(
-        copy_model_dir, copy_lines[:3], beam_size=1
-    )
-    assert code == 0, err
-
-
-@pytest.mark.slow
-def test_a_libretranslate_client_talks_to_mtcli_serve():
-    """libretranslatepy itself against `mtcli serve` with the shipped models: languages,
-    translate, detect; source auto decides per line (the target language and languages no
-    model knows pass through); HTML keeps its tags."""
-    pytest.importorskip("libretranslatepy")
-    from libretranslatepy import LibreTranslateAPI
-
-    server = _Server()
-    try:
-        lt = LibreTranslateAPI(server.url)
-        codes = {lang["code"]: lang["targets"] for lang in lt.languages()}
-        assert codes == {"en": ["zh"], "zh": ["en"]}
-        assert lt.translate("Why do we work?", "en", "zh") == "为什么我们工作？"
-        assert lt.detect("Wo ist der Bahnhof?")[0]["language"] == "de"
-        assert lt.detect("我们为什么工作？") == [{"confidence": 100.0, "language": "zh"}]
-        q = {"q": ["Hello.", "我们为什么工作？", "Wo ist der Bahnhof?"], "source": "auto", "target": "zh"}  # fmt: skip
-        body = httpx.post(server.url + "/translate", json=q, timeout=30).json()
-        assert body["translatedText"][1:] == q["q"][1:]  # already Chinese; German: no model
-        assert [d["language"] for d in body["detectedLanguage"]] == ["en", "zh", "de"]
-        html = {"q": "<p>Why do <b>we</b> work?</p>", "source": "en", "target": "zh", "format": "html"}  # fmt: skip
-        out = httpx.post(server.url + "/translate", json=html, timeout=30).json()["translatedText"]
-        assert out.startswith("<p>") and out.endswith("</p>") and out.count("<b>") == 1, out
-        detected = httpx.post(
-            server.url + "/detect", json={"q": ["Hi there, how are you?", "你好"]}
-        ).json()
-        assert [d[0]["language"] for d in detected] == ["en", "zh"]
-    finally:
-        code, err = server.stop()
-    assert code == 0, err
 
 
 def test_requests_cannot_ask_for_more_than_the_server_allows(copy_model_dir):

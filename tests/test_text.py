@@ -115,10 +115,12 @@ def _span_sentences(rng: random.Random, n: int, english: bool) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("direction", ["en-zh", "zh-en"])
 def test_every_span_is_kept_byte_for_byte(direction, en_zh, zh_en):
-    """150 generated sentences a direction: 100% of their numbers, URLs, addresses and
-    placeholders appear in the translation exactly."""
+    """100 generated sentences a direction (each of the 8 templates with each of the 7 kinds
+    of span about twice): 100% of their numbers, URLs, addresses and placeholders appear in
+    the translation exactly. Each sentence with a span is decoded alone by constrained beam
+    search, 18x the time of a plain one: 100, not 150, keeps `make test` under 2 minutes."""
     rng = random.Random(23 if direction == "en-zh" else 24)
-    lines = _span_sentences(rng, 150, english=direction == "en-zh")
+    lines = _span_sentences(rng, 100, english=direction == "en-zh")
     translator = en_zh if direction == "en-zh" else zh_en
     results = translator.translate_chunk(lines)
     lost = [(line, r.text) for line, r in zip(lines, results, strict=True)

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -214,46 +213,6 @@ def test_sigint_saves_a_resumable_last(tmp_path):
     loaded = load_model(tmp_path / "run" / "last")
     state = torch.load(tmp_path / "run" / "last" / "trainer_state.pt", weights_only=True)
     assert state["step"] >= 5 and loaded.model.cfg.d_model == 32
-
-
-@pytest.mark.slow
-def test_torchrun_two_processes(tmp_path):
-    """`torchrun --nproc_per_node=2 -m mtcli train` (gloo, CPU) finishes and its checkpoint loads."""
-    out = tmp_path / "ddp"
-    args = _small_train_args(
-        tmp_path,
-        out,
-        "--max-steps",
-        "6",
-        "--valid-every",
-        "3",
-        "--max-tokens",
-        "128",
-        "--threads",
-        "1",
-    )
-    src = args[args.index("--src") + 1]
-    args += ["--valid-src", src, "--valid-tgt", src]
-    with socket.socket() as sock:  # a free port, so parallel runs do not collide
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        f"--master_port={port}",
-    ]
-    proc = subprocess.run(
-        [*torchrun, "-m", "mtcli", *args],
-        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "2 process(es)" in proc.stderr
-    loaded = load_model(out / "last")
-    state = torch.load(out / "last" / "trainer_state.pt", weights_only=True)
-    assert state["step"] == 6 and loaded.model.cfg.d_model == 32
-    assert (out / "best" / "config.json").is_file()
 
 
 def test_train_flags_override_toml(tmp_path):

@@ -48,6 +48,13 @@ D = DistillConfig()
     help="Share of pairs left out: those the teacher scored lowest.",
 )
 @click.option(
+    "--part-lines",
+    type=int,
+    default=D.part_lines,
+    show_default=True,
+    help="Sources the teacher translates and writes as one part (what a kill may cost).",
+)
+@click.option(
     "--average",
     type=int,
     default=D.average,

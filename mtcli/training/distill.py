@@ -44,7 +44,6 @@ from mtcli.training.reports import Message, Report, TrainResult
 from mtcli.training.run_dir import step_dirs
 
 MARKER = "distill.json"  # OUT's record of the DistillConfig (files.KINDS["distill"])
-CHUNK_LINES = 2000  # sources translated and written as one part: what a kill may cost
 PARTS_DONE = "key.json"  # in OUT/teacher/parts: what the parts there were translated from
 
 
@@ -80,6 +79,7 @@ def teacher_key(cfg: DistillConfig) -> dict:
         "src_sha256": files.sha256_of(cfg.src),
         "beam_size": cfg.beam_size,
         "engine": cfg.teacher_engine,
+        "part_lines": cfg.part_lines,  # where the parts' boundaries fall
     }
 
 
@@ -104,14 +104,14 @@ def translate_parts(cfg: DistillConfig, key: dict, parts: Path, report) -> None:
     parts.mkdir(parents=True, exist_ok=True)
     files.write_file_atomic(parts / PARTS_DONE, json.dumps(key).encode())
     translator = None
-    for number, chunk in enumerate(chunks(read_lines(cfg.src), CHUNK_LINES)):
+    for number, chunk in enumerate(chunks(read_lines(cfg.src), cfg.part_lines)):
         part = parts / f"{number:06d}.tsv"
         if part.is_file():
             continue  # translated before a kill
         translator = translator or teacher_translator(cfg, parts.parent, report)
         lines = [f"{t.text}\t{t.score:.4f}\n" for t in translator.translate_chunk(chunk)]
         files.write_file_atomic(part, "".join(lines).encode("utf-8"))
-        report(Message(f"teacher: {number * CHUNK_LINES + len(chunk):,} lines translated"))
+        report(Message(f"teacher: {number * cfg.part_lines + len(chunk):,} lines translated"))
 
 
 def chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:

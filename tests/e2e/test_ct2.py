@@ -15,6 +15,7 @@ from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO, TATOEBA, run_mtcli
 
 pytest.importorskip("ctranslate2")
+pytestmark = pytest.mark.e2e  # a heavy extra: in `make e2e`, as .ci/run runs it
 SHIPPED = REPO / "models" / "en-zh-tiny"
 
 

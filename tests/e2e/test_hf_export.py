@@ -17,6 +17,7 @@ from mtcli.store.checkpoint import load_model
 from tests.conftest import REPO, TATOEBA, tiny_config
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.e2e  # a heavy extra: in `make e2e`, as .ci/run runs it
 
 SHIPPED = REPO / "models" / "en-zh-tiny"
 

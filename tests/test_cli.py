@@ -52,3 +52,17 @@ def test_a_closed_standard_stream_is_one_line(closed, command, tmp_path, copy_mo
     )  # fmt: skip
     name = ["stdin", "stdout"][closed]
     assert done.returncode == 1 and done.stderr == f"Error: {name}: closed (Bad file descriptor)\n"
+
+
+def test_the_readme_is_for_a_newcomer():
+    """Under 350 lines, with the two commands, the shipped models' limits said plainly, a
+    quickstart, serving, one speed table and where to read more (the rounds are in docs/)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) < 350
+    for heading in ("## Set-up: two commands", "## The shipped models, and what they cannot do",
+                    "## Quickstart", "## Serving", "## Speed", "## Where to read more"):  # fmt: skip
+        assert f"\n{heading}\n" in readme, heading
+    assert "make demo" in readme and "make test" in readme
+    assert "25,000 short everyday sentences" in readme and "they are wrong" in readme
+    for page in ("docs/guide.md", "docs/models.md", "docs/speed.md"):
+        assert (REPO / page).is_file() and f"]({page}" in readme, page

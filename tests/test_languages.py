@@ -214,3 +214,22 @@ def test_a_language_no_model_knows_says_so():
     result = _invoke("translate", "-m", "en-zh-tiny", "Wo ist der Bahnhof, bitte?")
     assert result.exit_code == 0
     assert "is in de" in result.stderr and "no installed model translates from de" in result.stderr
+
+
+def test_a_run_labelled_by_the_old_default_is_relabelled_when_it_continues(tmp_path):
+    """A checkpoint recorded with tgt_lang 'zh' continues under the corpus's 'de' (it was
+    refused: 'trained with other settings (tgt_lang 'zh' -> 'de')'), and says so."""
+    from mtcli.store.model_dir import read_config
+    from mtcli.training.loop import train
+    from tests.conftest import copy_tokenizer, copy_train_config
+
+    tok = copy_tokenizer(tmp_path)
+    first = copy_train_config(tmp_path, tok, max_steps=2, valid_every=2, tgt_lang="zh")
+    train(first)
+    reports = []
+    train(
+        copy_train_config(tmp_path, tok, max_steps=3, valid_every=2, tgt_lang="de"), reports.append
+    )
+    said = [getattr(r, "text", "") for r in reports]
+    assert "resuming with tgt_lang 'zh' -> 'de'" in said
+    assert read_config(tmp_path / "run" / "last")["tgt_lang"] == "de"

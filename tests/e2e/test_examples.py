@@ -6,19 +6,20 @@ They run in order, in a fresh folder, through bash, with this venv's `mtcli` fir
 and the Tatoeba download already in mtcli's cache, laid out as `mtcli data prepare` leaves it
 (no network here). What is changed, and only this: `mtcli train` gets a tiny budget appended
 (flags win over a preset); `make test` and `make e2e` are not run (they are this suite);
-`mtcli serve` starts in the background until its block ends. Files the README treats as the
+`mtcli serve` starts in the background and serves the blocks after it. Files the README treats as the
 reader's own (corpus.en, corpus.de) are made from Multi30k first. In `make e2e`: minutes.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import time
+import urllib.request
+import zipfile
 from pathlib import Path
 
 import click
@@ -105,8 +106,10 @@ def workdir(tmp_path) -> tuple[Path, dict]:
     cache = tmp_path / "cache"
     downloads = cache / "downloads" / "tatoeba-en-zh"
     downloads.mkdir(parents=True)
-    for raw in (TATOEBA / "raw").iterdir():  # as `data prepare` downloads them
-        shutil.copy(raw, downloads / raw.name)
+    # manythings.org's archive as `data prepare` downloads it: cmn.txt inside cmn-eng.zip
+    text = gzip.decompress((TATOEBA / "raw" / "cmn.txt.gz").read_bytes())
+    with zipfile.ZipFile(downloads / "cmn-eng.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("cmn.txt", text)
     work = tmp_path / "work"
     work.mkdir()
     for suffix in ("en", "de"):
@@ -135,20 +138,21 @@ def check(line: str, done: subprocess.CompletedProcess) -> None:
 
 
 class Server:
-    """`mtcli serve` of a README block, running until the block ends."""
+    """`mtcli serve` of a README block, running until the README's commands end."""
 
     def __init__(self, line: str, cwd: Path, env: dict):
         self.port = int(re.search(r"--port (\d+)", line).group(1))
         self.proc = subprocess.Popen(["bash", "-c", "exec " + line], cwd=cwd, env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # listening, and its models loaded
             assert self.proc.poll() is None, self.proc.stderr.read()
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
                     return
-            time.sleep(0.2)
-        raise AssertionError(f"{line}: not listening after 120 s")
+            except OSError:  # refused, or 503 while the models load
+                time.sleep(0.2)
+        raise AssertionError(f"{line}: not ready after 120 s")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -161,22 +165,24 @@ def test_every_readme_command_runs_as_written(workdir):
     work, env = workdir
     blocks = readme_blocks((REPO / "README.md").read_text(encoding="utf-8"))
     assert len(blocks) >= 8, "the README's command blocks were not found"
-    ran = []
-    for kind, commands, shown in blocks:
-        server = None
-        for line in commands:
-            if line.split("#")[0].strip() in NOT_RUN:
-                continue
-            if line.startswith("mtcli serve"):
-                server = Server(line, work, env)
-                continue
-            done = run_line(line, work, env)
-            check(line, done)
-            if kind == "transcript":
-                assert done.stdout.splitlines() == shown, (line, done.stdout)
-            ran.append(line)
-        if server:
+    ran, servers = [], []
+    try:
+        for kind, commands, shown in blocks:
+            for line in commands:
+                if line.split("#")[0].strip() in NOT_RUN:
+                    continue
+                if line.startswith("mtcli serve"):  # serves the blocks after it
+                    servers.append(Server(line, work, env))
+                    continue
+                done = run_line(line, work, env)
+                check(line, done)
+                if kind == "transcript":
+                    assert done.stdout.splitlines() == shown, (line, done.stdout)
+                ran.append(line)
+    finally:
+        for server in servers:
             server.stop()
+    assert servers, "the README serves nothing"
     print(f"{len(ran)} README commands ran")
 
 

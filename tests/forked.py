@@ -64,8 +64,17 @@ def run(job):
     os._exit(code)
 
 requests, answers = int(sys.argv[1]), io.open(int(sys.argv[2]), "w", encoding="utf-8")
-pending, running, closed = b"", {}, False
-while not (closed and not running):
+pending, running, ended, closed = b"", {}, {}, False
+
+def exit_code(pid):
+    # an ended child stays a zombie (WNOWAIT) until the test waits for it, as with Popen: a
+    # signal sent late then reaches nothing, never a process that took its pid
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+while not (closed and not running and not ended):
     wait = 0.02 if running else None
     if closed:
         select.select([], [], [], wait)
@@ -76,6 +85,10 @@ while not (closed and not running):
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             job = json.loads(line)
+            if "release" in job:  # the test has its exit code: reap it
+                if (pid := ended.pop(job["release"], None)) is not None:
+                    os.waitpid(pid, 0)
+                continue
             sys.stdout.flush(); sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
@@ -83,12 +96,16 @@ while not (closed and not running):
                 run(job)
             running[pid] = job["id"]
             answers.write(json.dumps({"id": job["id"], "pid": pid}) + "\n"); answers.flush()
-    while running:
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            break
-        code = os.waitstatus_to_exitcode(status)
-        answers.write(json.dumps({"id": running.pop(pid), "code": code}) + "\n"); answers.flush()
+    for pid in list(running):
+        code = exit_code(pid)
+        if code is not None:
+            job_id = running.pop(pid)
+            ended[job_id] = pid
+            answers.write(json.dumps({"id": job_id, "code": code}) + "\n"); answers.flush()
+    if closed:
+        for pid in ended.values():
+            os.waitpid(pid, 0)
+        ended.clear()
 """
 
 
@@ -144,6 +161,11 @@ class ForkServer:
             self._requests.flush()
             return self._next
 
+    def _release(self, job_id: int) -> None:
+        with self._lock:
+            self._requests.write(json.dumps({"release": job_id}) + "\n")
+            self._requests.flush()
+
     def close(self) -> None:
         self._requests.close()
         self.proc.wait(timeout=60)
@@ -173,20 +195,21 @@ class ForkedProcess:
         self.stderr = open(files["stderr"], encoding="utf-8") if stderr == "pipe" else None  # noqa: SIM115
 
     def poll(self) -> int | None:
-        code = self.server._await(self._id, "code", 0)
-        if code is not None:
-            self.returncode = code
-        return code
+        if self.server._await(self._id, "code", 0) is None:
+            return None
+        return self.wait()
 
     def wait(self, timeout: float | None = None) -> int:
         code = self.server._await(self._id, "code", timeout)
         if code is None:
             raise subprocess.TimeoutExpired(["mtcli"], timeout)
+        if self.returncode is None:  # the zombie may go now
+            self.server._release(self._id)
         self.returncode = code
         return code
 
     def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
+        if self.returncode is None:  # ended but not waited for: a zombie, which ignores it
             os.kill(self.pid, sig)
 
     def kill(self) -> None:

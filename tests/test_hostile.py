@@ -915,7 +915,9 @@ def _run_case(world: Path, root: Path, case, forks: ForkServer) -> tuple[str, st
 def test_every_bad_input_is_one_line_exit_2_and_changes_nothing(world, tmp_path):
     """Each case of the table: one stderr line with the expected words, exit 2, no traceback,
     no stdout, its folder byte for byte as before."""
-    forks = ForkServer()  # a process a case, forked from a warm parent (tests/forked.py)
+    # a process a case, forked from a warm parent that imported torch (tests/forked.py): that
+    # refusals come before torch is imported is tests/test_early_checks.py's to check
+    forks = ForkServer(("torch", "mtcli.cli"))
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:  # one a core
             outcomes = list(pool.map(lambda case: _run_case(world, tmp_path, case, forks), CASES))

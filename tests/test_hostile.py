@@ -915,9 +915,9 @@ def _run_case(world: Path, root: Path, case, forks: ForkServer) -> tuple[str, st
 def test_every_bad_input_is_one_line_exit_2_and_changes_nothing(world, tmp_path):
     """Each case of the table: one stderr line with the expected words, exit 2, no traceback,
     no stdout, its folder byte for byte as before."""
-    # a process a case, forked from a warm parent that imported torch (tests/forked.py): that
-    # refusals come before torch is imported is tests/test_early_checks.py's to check
-    forks = ForkServer(("torch", "mtcli.cli"))
+    # a process a case, forked from a warm parent that imported the CLI (tests/forked.py); a
+    # parent with torch imported forks slower (8.4 s for the table against 6-7)
+    forks = ForkServer()
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:  # one a core
             outcomes = list(pool.map(lambda case: _run_case(world, tmp_path, case, forks), CASES))

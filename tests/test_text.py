@@ -65,6 +65,15 @@ def test_a_paragraph_is_the_join_of_its_sentences(en_zh, zh_en):
     assert zh_en.translate_chunk(["".join(zh)])[0].text == " ".join(alone)
 
 
+def test_two_short_sentences_are_both_translated(en_zh, zh_en):
+    """Two short sentences on a line are translated each on its own: given whole, the shipped
+    models dropped one ("We are late. The bus left at 8:15." came out as 我们在8:15点出发。)."""
+    for translator, pair, glue in ((en_zh, ["We are late.", "The bus left at 8:15."], ""),
+                                   (zh_en, ["我们明天见。", "别忘了带伞。"], " ")):  # fmt: skip
+        alone = [t.text for t in translator.translate_chunk(pair)]
+        assert translator.translate_chunk([" ".join(pair)])[0].text == glue.join(alone), alone
+
+
 # ---------------------------------------------------------------- spans
 def test_spans_by_hand():
     line = (

@@ -14,10 +14,6 @@ from collections.abc import Callable
 SENTENCE_END = re.compile(r"[.!?。！？…]\s*\S")  # an end mark with text after it
 CLAUSE_END = re.compile(r"(?<=[,;:，；：、])\s*")
 UNSPACED = ("zh", "ja", "th")  # languages written without spaces (between words or sentences)
-# A line of two short sentences is left whole: Tatoeba's models were trained on such lines and
-# translate them better whole (splitting them cost 0.3 BLEU on its test split); three or more
-# sentences, or a line longer than this, are split
-WHOLE_TOKENS = 32
 
 
 def split_sentences(line: str, language: str) -> list[str]:

@@ -363,3 +363,8 @@ def test_a_budget_that_ends_inside_the_warm_up_is_named(tmp_path):
     reports = []
     train(copy_train_config(tmp_path, tok, max_steps=3, warmup=30, valid_every=10), reports.append)
     assert any("--max-steps 3 ends inside the warm-up" in getattr(r, "text", "") for r in reports)
+    timed, reports = copy_train_config(tmp_path, tok, max_steps=0, max_time=0.05, warmup=100_000,
+                                       valid_every=1000, out=str(tmp_path / "timed")), []  # fmt: skip
+    train(timed, reports.append)  # no --max-steps: the step rate says it, after 20 steps
+    said = [r.text for r in reports if "ends near step" in getattr(r, "text", "")]
+    assert len(said) == 1 and "--max-time 0.05" in said[0] and "--warmup 100,000" in said[0]

@@ -118,10 +118,8 @@ def _own_inputs(name, src, tgt, tsv, from_dir) -> tuple[str, str] | None:
 
 def _prepare_own(src: str, tgt: str, out: str, opts: dict) -> None:
     from mtcli.data.own_corpus import OwnCorpusOptions, prepare_own
-    from mtcli.files import check_replaceable
     from mtcli.text.corpus_languages import languages_of_corpus
 
-    check_replaceable(out, "corpus", "--out", opts["force"], reads=[p for p in (src, tgt) if p])
     asked = {"src": opts["src_lang"], "tgt": opts["tgt_lang"]}
     languages, note = languages_of_corpus(src, tgt or None, asked)
     own = OwnCorpusOptions(languages["src"], languages["tgt"], opts["zh_script"], opts["unicode_form"],

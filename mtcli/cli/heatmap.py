@@ -134,11 +134,16 @@ def label_fonts(labels: list[str]) -> list[str]:
     missing = {c for c in "".join(labels) if not c.isspace()} - _characters(first)
     if not missing:
         return ["sans-serif"]
-    found = _system_font_with(missing)
-    if found is None:
-        font_manager.fontManager.addfont(str(CARRIED_FONT))
-        found = font_manager.FontProperties(fname=str(CARRIED_FONT)).get_name()
-    return ["sans-serif", found] if found else ["sans-serif"]
+    return ["sans-serif", _system_font_with(missing) or _carried_family()]
+
+
+@functools.cache
+def _carried_family() -> str:
+    """The carried font, added to matplotlib's fonts once a process; its family name."""
+    from matplotlib import font_manager
+
+    font_manager.fontManager.addfont(str(CARRIED_FONT))
+    return font_manager.FontProperties(fname=str(CARRIED_FONT)).get_name()
 
 
 def _system_font_with(characters: set[str]) -> str | None:

@@ -5,12 +5,11 @@ refuse what click lets through (text that is not UTF-8, NaN). Imports no torch.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import replace
 
 import click
 
-from mtcli.config import GENERATION_FIELDS, LANGUAGE_CODE, THREADS, DecodeConfig
+from mtcli.config import GENERATION_FIELDS, LANGUAGE, THREADS, DecodeConfig
 from mtcli.data.textio import invalid_utf8_at
 from mtcli.settings import Layer, build_from_layers, flag
 
@@ -30,13 +29,13 @@ UTF8_TEXT = Utf8Text()
 
 
 class LanguageCodeType(click.ParamType):
-    """A language label as config.LANGUAGE_CODE writes it (en, de, zh-Hant, pt_BR)."""
+    """A language label, judged by config.LANGUAGE as a TOML or flag value is (en, zh-Hant)."""
 
     name = "code"
 
     def convert(self, value, param, ctx):
-        if not value or not re.fullmatch(LANGUAGE_CODE, value):
-            self.fail(f"{value!r} is not a language code such as en, de or zh-Hant", param, ctx)
+        if why := LANGUAGE.why_not(value) if value else "must not be empty":
+            self.fail(f"{value!r} {why.replace('must be', 'is not')}", param, ctx)
         return value
 
 

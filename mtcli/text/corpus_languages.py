@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtcli.config import LANGUAGE
 from mtcli.data.parallel_text import read_corpus
 from mtcli.errors import UserError
 from mtcli.text.language import (
@@ -73,10 +74,9 @@ def prepared_manifest(src: str, tgt: str | None) -> tuple[Path, dict] | None:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or not all(
-        isinstance(record.get(f"{side}_lang"), str) and record[f"{side}_lang"] for side in SIDES
-    ):
-        return None
+    labels = [record.get(f"{side}_lang") if isinstance(record, dict) else None for side in SIDES]
+    if not all(isinstance(code, str) and code and not LANGUAGE.why_not(code) for code in labels):
+        return None  # not a prepared corpus's, or hand-edited: the text decides
     return path, record
 
 

@@ -84,12 +84,12 @@ def sure_language(line: str) -> str | None:
     language = source_language(line)
     if language is None or language in SCRIPT_DECIDED:
         return language
-    words = LATIN_WORD.findall(_without_spans(line))
-    if language in LATIN_LANGUAGES and len(words) < MIN_WORDS:
+    text = _without_spans(line)
+    candidates = CYRILLIC_LANGUAGES if language in CYRILLIC_LANGUAGES else LATIN_LANGUAGES
+    if candidates is LATIN_LANGUAGES and len(LATIN_WORD.findall(text)) < MIN_WORDS:
         return None
-    if _probability(line, language) < CONFIDENT:
-        return None
-    return language
+    top, probability = _classified(text, candidates)  # source_language's own call, cached
+    return top if top == language and probability >= CONFIDENT else None
 
 
 def base_language(code: str) -> str:
@@ -123,7 +123,7 @@ def _without_spans(line: str) -> str:
 
 def _identified(line: str, languages: tuple[str, ...], *, default: str, confident: float) -> str:
     """py3langid's choice among `languages`, when its probability reaches `confident`."""
-    language, probability = _identifier(languages).classify(line)
+    language, probability = _classified(line, languages)
     return language if language != default and probability >= confident else default
 
 
@@ -139,6 +139,14 @@ def detect(text: str) -> tuple[str | None, float]:
     ours = [line for line, lang in zip(lines, languages, strict=True) if lang == top]
     probabilities = [_probability(line, top) for line in ours]
     return top, round(100 * share * sum(probabilities) / len(probabilities), 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _classified(line: str, languages: tuple[str, ...]) -> tuple[str, float]:
+    """py3langid's most probable language among `languages` and its probability (kept for
+    the few lines just asked about: sure_language asks again what source_language did)."""
+    language, probability = _identifier(languages).classify(line)
+    return language, float(probability)
 
 
 def _probability(line: str, language: str) -> float:

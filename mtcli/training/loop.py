@@ -328,7 +328,8 @@ class Trainer:
         report = StepReport(pos.step, pos.epoch + 1, loss, lr, rate, pos.elapsed, done)
         self.say(report)
         self.run.record(report)
-        if not self.warmup_checked and pos.step >= 20 and self.cfg.max_steps >= self.cfg.warmup:
+        said_at_start = 0 < self.cfg.max_steps < self.cfg.warmup  # --max-steps' line, once
+        if not self.warmup_checked and pos.step >= 20 and not said_at_start:
             self.warmup_checked = True
             if note := warmup_outlasts_budget(self.cfg, pos.step, pos.elapsed):
                 self.say(Message(note))

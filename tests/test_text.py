@@ -3,6 +3,7 @@ and languages no model knows (the text layer, mtcli/text/)."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from html.parser import HTMLParser
@@ -17,7 +18,7 @@ from mtcli.text.language import source_language
 from mtcli.text.layer import TextLayer
 from mtcli.text.markup import translate_html
 from mtcli.text.sentences import fit, join_sentences, split_sentences
-from mtcli.text.spans import find_spans, lost_spans, renumbered
+from mtcli.text.spans import find_spans, invented_numbers, lost_spans, renumbered
 from tests.conftest import REPO, run_mtcli, write_lines
 
 MODELS = REPO / "models"
@@ -72,6 +73,38 @@ def test_two_short_sentences_are_both_translated(en_zh, zh_en):
                                    (zh_en, ["我们明天见。", "别忘了带伞。"], " ")):  # fmt: skip
         alone = [t.text for t in translator.translate_chunk(pair)]
         assert translator.translate_chunk([" ".join(pair)])[0].text == glue.join(alone), alone
+
+
+def test_invented_numbers_by_hand():
+    """A number the source holds nowhere, as digits or words, is named; 06 is 6, 八十 is 80,
+    a thousand is 1000, and a time's :00 is not a number of its own."""
+    assert invented_numbers(
+        "I bought two tickets. They cost 12 euros each.", "他们在12：30岁。"
+    ) == ["30"]
+    assert invented_numbers("There are five patients.", "有50个病人。") == ["50"]
+    assert invented_numbers("before 2025-06-30", "2025年6月30日前") == []
+    assert invented_numbers("已经9点了。", "It's 9:00.") == []
+    assert invented_numbers("全世界百分之八十", "80 percent") == []
+    assert invented_numbers("三百五十个人", "350 people") == []
+    assert invented_numbers("a thousand dollars", "1000美元") == []
+    assert invented_numbers("a thousand dollars", "100万美元") == ["100"]
+
+
+def test_a_made_up_number_is_flagged_on_stderr_and_in_jsonl():
+    """The shipped model writes 50 for "five patients": one warning names it, and the JSON
+    record carries it; a line whose numbers are all its source's carries nothing."""
+    from click.testing import CliRunner
+
+    from mtcli.cli import main
+
+    lines = "There are five patients in the waiting room.\nThe bus left at 8:15.\n"
+    result = CliRunner().invoke(
+        main, ["translate", "--format", "jsonl"], input=lines, env={"NO_COLOR": "1"}
+    )
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r.get("invented_numbers") for r in records] == [["50"], None], records
+    (warning,) = result.stderr.strip().splitlines()
+    assert "has 50, which its source does not" in warning
 
 
 # ---------------------------------------------------------------- spans

@@ -45,6 +45,8 @@ class Translation:
     # when the chosen model translates from another language than the line is surely in
     # (engines/language_check.py): {"identified": "zh", "model_source": "en"}; translated anyway
     wrong_language: dict | None = None
+    # numbers the translation writes that its source holds nowhere (text/spans.py): flagged
+    invented_numbers: list[str] | None = None
 
 
 def translation_record(t: Translation, *, alignment: bool = True, attention: bool = False) -> dict:
@@ -56,6 +58,8 @@ def translation_record(t: Translation, *, alignment: bool = True, attention: boo
         record["passthrough"] = True  # no model translates this line: it is left as it was
     if t.wrong_language is not None:  # the model translates from another language
         record["wrong_language"] = t.wrong_language
+    if t.invented_numbers:  # a number the source does not hold: read it with care
+        record["invented_numbers"] = t.invented_numbers
     if t.trace is not None:
         record["trace"] = t.trace
     if alignment and t.alignment is not None:

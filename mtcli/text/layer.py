@@ -18,7 +18,14 @@ from dataclasses import dataclass, field, replace
 from mtcli.text.casing import casing_of, restyle, sentence_case
 from mtcli.text.language_check import LanguageCheck
 from mtcli.text.sentences import UNSPACED, fit, join_sentences, split_sentences
-from mtcli.text.spans import NUMBER, find_spans, lost_spans, renumbered, stand_in
+from mtcli.text.spans import (
+    NUMBER,
+    find_spans,
+    invented_numbers,
+    lost_spans,
+    renumbered,
+    stand_in,
+)
 
 
 @dataclass
@@ -101,7 +108,19 @@ class TextLayer:
         parts: list[list] = [[] for _ in lines]
         for i, result in zip(owner, results, strict=True):
             parts[i].append(result)
-        return [self._rebuild(line, plans[i], parts[i]) for i, line in enumerate(lines)]
+        return [
+            self._flagged(self._rebuild(line, plans[i], parts[i])) for i, line in enumerate(lines)
+        ]
+
+    def _flagged(self, result):
+        """`result`, marked and named on stderr when it writes a number its source has not."""
+        if result.passthrough or not (made_up := invented_numbers(result.source, result.text)):
+            return result
+        self.warn(
+            f"the translation of {_excerpt(result.source)} has {', '.join(made_up)}, which its "
+            "source does not: read it with care"
+        )
+        return replace(result, invented_numbers=made_up)
 
     def _keep_spans(self, segments: list[Segment], results: list, wanted) -> None:
         """Where a free translation lost a span: its numbers put right where they pair up one
@@ -230,3 +249,7 @@ def _words(pieces: list[str], by_space: bool) -> int:
     return sum(
         1 for i, piece in enumerate(pieces) if not by_space or i == 0 or piece.startswith("▁")
     )
+
+
+def _excerpt(line: str, width: int = 60) -> str:
+    return repr(line if len(line) <= width else line[: width - 1] + "…")

@@ -86,6 +86,86 @@ def renumbered(translation: str, source_numbers: list[str]) -> str:
     return "".join(out) + translation[at:]
 
 
+# number words a translation may write as digits (three hours -> 3小时, 八十 -> 80, a thousand
+# -> 1000): their values count as the source's, so those digits are not taken for invented
+_EN_UNITS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
+_EN_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+EN_NUMBERS = {w: i for i, w in enumerate(_EN_UNITS)} | {
+    w: 20 + 10 * i for i, w in enumerate(_EN_TENS)
+}
+EN_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000, "dozen": 12}
+ZH_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九")} | {"〇": 0, "两": 2, "俩": 2}
+ZH_SCALES = {"十": 10, "百": 100, "千": 1000, "万": 10_000}
+_ZH_RUN = re.compile(f"[{''.join(ZH_DIGITS)}{''.join(ZH_SCALES)}]+")
+
+
+def _word_values(text: str) -> set[int]:
+    """The values number words in `text` stand for: each word, and a word with its scale."""
+    values: set[int] = set()
+    previous = None
+    for word in re.findall(r"[A-Za-z]+", text.lower()):
+        value = EN_NUMBERS.get(word)
+        if word in EN_SCALES:
+            value = EN_SCALES[word] * (previous if previous is not None else 1)
+        if value is not None:
+            values.add(value)
+        previous = value if word in EN_NUMBERS else None
+    for run in _ZH_RUN.findall(text):
+        values.add(_chinese_value(run))
+        values.update(ZH_DIGITS[c] for c in run if c in ZH_DIGITS)
+    return values
+
+
+def _chinese_value(run: str) -> int:
+    """A run of Chinese numerals as a number: 八十 80, 三百五十 350, 十二 12, 两千 2000."""
+    total, current = 0, 0
+    for c in run:
+        if c in ZH_DIGITS:
+            current = current * 10 + ZH_DIGITS[c] if current and not total else ZH_DIGITS[c]
+        else:
+            total += (current or 1) * ZH_SCALES[c]
+            current = 0
+    return total + current
+
+
+def invented_numbers(source: str, translation: str) -> list[str]:
+    """The numbers a translation writes that its source holds nowhere, as digits or as number
+    words ("12 euros" came out as 12：30岁, "five patients" as 50): a sign it made up a fact.
+    Compared by value, so 06 is 6; a time's :00 is not a number of its own (9点 is 9:00)."""
+    have = {int(n) for n in re.findall(r"\d+", source)} | _word_values(source)
+    made_up = [
+        m.group()
+        for m in re.finditer(r"\d+", translation)
+        if int(m.group()) not in have and not _minutes_of_the_hour(translation, m)
+    ]
+    return list(dict.fromkeys(made_up))
+
+
+def _minutes_of_the_hour(text: str, match: re.Match) -> bool:
+    return int(match.group()) == 0 and text[match.start() - 1 : match.start()] == ":"
+
+
 def lost_spans(translation: str, spans: list[str]) -> list[str]:
     """The spans the translation lost: a span that occurs twice must occur twice, and a number
     counts only where no digit touches it (165 is not in 1650)."""

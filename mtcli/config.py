@@ -132,6 +132,12 @@ class TrainConfig:
     label_smoothing: float = 0.1  # paper value
     bpe_dropout: float = 0.0  # BPE-dropout on training text, re-drawn every epoch; 0 = off.
     # 0.1 is the value Provilkov et al. (2020) found best; it helps most on small corpora
+    # the placeholder pipeline (training/augment.py), each a share of the pairs of an epoch,
+    # re-drawn every epoch; 0 = off. It needs a tokenizer with the placeholder pieces.
+    placeholders: float = 0.0  # spans the pair holds, and words aligned both sides, as pieces
+    tags: float = 0.0  # an aligned phrase wrapped in inline-tag pieces on both sides
+    casing: float = 0.0  # both sides in UPPER CASE (half of them) or Title Case
+    end_punct: float = 0.0  # the final punctuation dropped from both sides
     clip_norm: float = 1.0  # gradient clipping by global norm; 0 = off
     weight_decay: float = 0.0
     valid_every: int = 500  # optimizer steps between validations
@@ -338,6 +344,10 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "warmup": AT_LEAST_1,
         "label_smoothing": PROBABILITY,
         "bpe_dropout": PROBABILITY,
+        "placeholders": PROBABILITY,
+        "tags": PROBABILITY,
+        "casing": PROBABILITY,
+        "end_punct": PROBABILITY,
         "clip_norm": AT_LEAST_0,
         "weight_decay": AT_LEAST_0,
         "valid_every": AT_LEAST_1,

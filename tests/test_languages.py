@@ -233,3 +233,17 @@ def test_a_run_labelled_by_the_old_default_is_relabelled_when_it_continues(tmp_p
     said = [getattr(r, "text", "") for r in reports]
     assert "resuming with tgt_lang 'zh' -> 'de'" in said
     assert read_config(tmp_path / "run" / "last")["tgt_lang"] == "de"
+
+
+def test_a_prepared_corpus_read_the_other_way_round_swaps_its_languages(tmp_path):
+    """zh-en trained on an en-zh prepared folder (--src train.tgt --tgt train.src): the
+    manifest's languages follow the files (the zh-en preset was refused for 'src_lang zh')."""
+    from mtcli.text.corpus_languages import corpus_languages
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"src_lang": "en", "tgt_lang": "zh"}))
+    for name, text in (("train.src", "Hello.\n"), ("train.tgt", "你好。\n")):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    forward = corpus_languages(str(tmp_path / "train.src"), str(tmp_path / "train.tgt"))
+    backward = corpus_languages(str(tmp_path / "train.tgt"), str(tmp_path / "train.src"))
+    assert (forward["src"].language, forward["tgt"].language) == ("en", "zh")
+    assert (backward["src"].language, backward["tgt"].language) == ("zh", "en")

@@ -100,17 +100,28 @@ def test_checkpoint_layout(copy_model_dir):
     assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 201))
 
 
-@pytest.mark.parametrize("bpe_dropout", [0.0, 0.3])
-def test_resume_gives_the_same_losses(tmp_path, bpe_dropout):
-    """Interrupted at step 4 and resumed = an uninterrupted run with the same seed (CPU, fp32)."""
+PIPELINE = dict(bpe_dropout=0.3, placeholders=0.5, tags=0.5, casing=0.2, end_punct=0.2)
+
+
+@pytest.mark.parametrize(
+    "pipeline", [{}, {"bpe_dropout": 0.3}, PIPELINE], ids=["stored", "bpe-dropout", "placeholders"]
+)
+def test_resume_gives_the_same_losses(tmp_path, pipeline):
+    """Interrupted at step 4 and resumed = an uninterrupted run with the same seed (CPU, fp32),
+    with each pair split anew (BPE-dropout) and rewritten by the placeholder pipeline."""
     tok = copy_tokenizer(tmp_path)
+    if "placeholders" in pipeline:
+        from mtcli.data.tokenizer import add_placeholders
+
+        add_placeholders(tok, tmp_path / "tok-ph")
+        tok = tmp_path / "tok-ph"
     base = copy_train_config(
         tmp_path,
         tok,
         max_tokens=96,
         max_steps=10,
         valid_every=4,
-        bpe_dropout=bpe_dropout,
+        **pipeline,
         model=dataclasses.replace(copy_train_config(tmp_path, tok).model, dropout=0.3),
     )  # dropout: the RNG state must be restored too
     straight = train(dataclasses.replace(base, out=str(tmp_path / "a")))
@@ -131,7 +142,8 @@ def test_bpe_dropout_resplits_each_epoch_reproducibly(tmp_path):
     from mtcli.data.parallel_text import read_corpus
     from mtcli.data.token_store import encode_pairs
     from mtcli.data.tokenizer import Tokenizer
-    from mtcli.training.start import epoch_resplit, filters_of
+    from mtcli.training.pipeline import epoch_resplit
+    from mtcli.training.start import filters_of
 
     tok_dir = copy_tokenizer(tmp_path)
     cfg = copy_train_config(tmp_path, tok_dir, bpe_dropout=0.5)
@@ -149,6 +161,29 @@ def test_bpe_dropout_resplits_each_epoch_reproducibly(tmp_path):
     assert [tok.decode_tgt(ids) for ids in two] == texts
     assert split(1, everything[5:9]) == split(1, everything[5:9]) != one[5:9]  # seeded per batch
     assert epoch_resplit(corpus, tok, dataclasses.replace(cfg, bpe_dropout=0.0), 1) is None
+
+
+def test_init_with_an_extended_tokenizer_grows_the_embeddings(copy_model_dir, tmp_path):
+    """--init MODEL --tokenizer (MODEL's tokenizer with the placeholder pieces): every old row
+    of the shared embedding is the model's, the new rows are new, and the model dir says which
+    pieces a model was trained to carry."""
+    from mtcli.data.placeholders import all_pieces
+    from mtcli.data.tokenizer import add_placeholders
+    from mtcli.training.start import start_from_model
+
+    add_placeholders(copy_model_dir, tmp_path / "tok")
+    cfg = copy_train_config(tmp_path, tmp_path / "tok", init=str(copy_model_dir))
+    start = start_from_model(cfg)
+    old = load_model(copy_model_dir)
+    n = old.model.cfg.src_vocab_size
+    grown = start.model.src_embed.weight
+    assert grown.shape[0] == n + len(all_pieces())
+    assert torch.equal(grown[:n], old.model.src_embed.weight) and grown[n:].abs().sum() > 0
+    assert start.model.out_proj.weight is start.model.tgt_embed.weight  # still tied
+    assert old.placeholders == []  # trained without the pipeline
+    old.config["train"]["tags"] = 0.1
+    old.tokenizer = start.tokenizer
+    assert old.placeholders == ["｟t1｠", "｟/t1｠", "｟t2｠", "｟/t2｠", "｟t3｠", "｟/t3｠"]
 
 
 def _small_train_args(tmp_path, out, *extra: str) -> list[str]:

@@ -44,10 +44,20 @@ def tokenizer() -> None:
     help="Train on a random sample of this many sentences (0 = all, or 3,000,000 past that many).",
 )
 @click.option("--seed", default=1, show_default=True)
+@click.option(
+    "--placeholders",
+    is_flag=True,
+    help="Reserve the placeholder pieces (mtcli train --placeholders).",
+)
 @click.option("--force", is_flag=True, help="Replace an --out that is not a tokenizer directory.")
-def train(src, tgt, out, vocab_size, joint, character_coverage, input_sentence_size, seed, force) -> None:  # fmt: skip
+def train(
+    src, tgt, out, vocab_size, joint, character_coverage, input_sentence_size, seed, placeholders,
+    force,
+) -> None:  # fmt: skip
     """Train sentencepiece BPE on a parallel corpus."""
-    opts = TokenizerOptions(vocab_size, joint, character_coverage, input_sentence_size, seed)
+    opts = TokenizerOptions(
+        vocab_size, joint, character_coverage, input_sentence_size, seed, placeholders
+    )
     with console.status("training sentencepiece BPE"):
         tok = train_tokenizer(
             src, tgt, out, opts, force=force, say=lambda m: console.print(m, markup=False)
@@ -65,6 +75,25 @@ def train(src, tgt, out, vocab_size, joint, character_coverage, input_sentence_s
     example = example[:EXAMPLE_CHARS]  # a corpus of whole paragraphs printed screens of it
     console.print(f"example: {example}", markup=False)
     console.print(f"pieces:  {' '.join(tok.src_pieces(example))}", soft_wrap=True, markup=False)
+
+
+@tokenizer.command("add-placeholders")
+@click.argument("directory")
+@click.option("--out", required=True, help="Tokenizer directory to write.")
+@click.option("--force", is_flag=True, help="Replace an --out that is not a tokenizer directory.")
+def add_placeholders_command(directory, out, force) -> None:
+    """Copy a tokenizer with the placeholder pieces appended to its vocabulary.
+
+    Every older id keeps its piece, so a model of DIRECTORY can be trained on with it:
+    mtcli train --init MODEL --tokenizer OUT --placeholders 0.3 ...
+    """
+    from mtcli.data.tokenizer import add_placeholders
+
+    tok = add_placeholders(directory, out, force=force)
+    console.print(
+        f"wrote {out}: {tok.src_vocab_size} pieces, {len(tok.placeholders)} of them placeholders",
+        markup=False,
+    )
 
 
 def _ids(line: str, line_no: int, size: int) -> list[int]:

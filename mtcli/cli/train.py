@@ -45,6 +45,10 @@ FLAGS = {
     "warmup": "warmup",
     "label_smoothing": "label_smoothing",
     "bpe_dropout": "bpe_dropout",
+    "placeholders": "placeholders",
+    "tags": "tags",
+    "casing": "casing",
+    "end_punct": "end_punct",
     "keep": "keep",
     "patience": "patience",
     "src_lang": "src_lang",
@@ -296,6 +300,14 @@ def list_presets(ctx, param, value) -> None:
 @click.option("--warmup", type=int, help="Warm-up steps.  [default: 4000]")
 @click.option("--label-smoothing", type=float, help="[default: 0.1]")
 @click.option("--bpe-dropout", type=float, help="BPE-dropout on training text (0 = off).")
+@click.option(
+    "--placeholders",
+    type=float,
+    help="Share of pairs with spans and aligned words as placeholders.",
+)
+@click.option("--tags", type=float, help="Share of pairs with an aligned phrase in inline tags.")
+@click.option("--casing", type=float, help="Share of pairs in UPPER or Title Case on both sides.")
+@click.option("--end-punct", type=float, help="Share of pairs without final punctuation.")
 @click.option("--keep", type=int, help="Step checkpoints kept.  [default: 3]")
 @click.option("--patience", type=int, help="Stop after N validations without improvement.")
 @click.option(

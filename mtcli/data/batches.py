@@ -173,12 +173,14 @@ def dropout_resplit(
     *,
     max_len: int,
     seed: str,
+    rewrite: Callable[[int, str, str], tuple[str, str]] | None = None,
 ) -> Resplit:
     """BPE-dropout for one batch: its pairs' stored text split into subwords anew.
 
     The draws are seeded by `seed` (the run's seed and the epoch) and the batch's first pair
     (each pair is in one batch of an epoch), so a resumed run re-splits each batch as the
-    first run did, on any number of ranks. A pair whose sampled split grows past `max_len`
+    first run did, on any number of ranks. `rewrite(i, src, tgt)` changes pair i's text first
+    (the placeholder pipeline, seeded per pair). A pair whose sampled split grows past `max_len`
     keeps its stored split, so no pair exceeds what the filter allowed; the batch was made
     from the stored lengths, and the longer sampled splits may pad a little past the budget.
     """
@@ -190,8 +192,11 @@ def dropout_resplit(
 
     def resplit(indices: list[int]) -> tuple[list, list]:
         rng = random.Random(f"{seed}:{indices[0]}")
-        src = sample_src([store.src.pair_text(i) for i in indices], rng)
-        tgt = sample_tgt([store.tgt.pair_text(i) for i in indices], rng)
+        texts = [(store.src.pair_text(i), store.tgt.pair_text(i)) for i in indices]
+        if rewrite is not None:
+            texts = [rewrite(i, s, t) for i, (s, t) in zip(indices, texts, strict=True)]
+        src = sample_src([s for s, _ in texts], rng)
+        tgt = sample_tgt([t for _, t in texts], rng)
         out_s, out_t = [], []
         for i, s, t in zip(indices, src, tgt, strict=True):
             fits = len(s) <= max_len and len(t) <= max_len

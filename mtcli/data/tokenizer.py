@@ -17,6 +17,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
+from mtcli.data.placeholders import PIECE, all_pieces, extended_model
 from mtcli.data.textio import read_json, read_lines
 from mtcli.device import available_cpus
 from mtcli.errors import UserError
@@ -37,6 +38,9 @@ class TokenizerOptions:
     # a few million give the same merges); N = a sample of N
     input_sentence_size: int = 0
     seed: int = 1
+    # the placeholder pieces (data/placeholders.py) as user-defined symbols: a model trained
+    # with the placeholder pipeline carries spans and tags through them
+    placeholders: bool = False
 
 
 def _iter_lines(paths: Iterable[str | Path]) -> Iterator[str]:
@@ -101,6 +105,8 @@ def _train_one(
         minloglevel=2,
         num_threads=available_cpus(),
     )
+    if opts.placeholders:
+        kwargs.update(user_defined_symbols=all_pieces())
     if sample:
         kwargs.update(input_sentence_size=sample, shuffle_input_sentence=True)
     spm.set_random_generator_seed(opts.seed)  # input sampling is the only randomness
@@ -154,6 +160,8 @@ def train_tokenizer(
             _train_one(_iter_lines([src]), tmp / "src", opts, [src], samples["src"])
             _train_one(_iter_lines([tgt]), tmp / "tgt", opts, [tgt], samples["tgt"])
             meta = {"joint": False, "src_model": "src.model", "tgt_model": "tgt.model"}
+        if opts.placeholders:
+            meta["placeholders"] = all_pieces()
         for vocab in tmp.glob("*.vocab"):
             vocab.unlink()  # the .model file holds the vocabulary too
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -164,9 +172,14 @@ class Tokenizer:
     """A pair of sentencepiece processors (the same object twice when joint)."""
 
     def __init__(
-        self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor, joint: bool
+        self,
+        src: spm.SentencePieceProcessor,
+        tgt: spm.SentencePieceProcessor,
+        joint: bool,
+        placeholders: list[str] | None = None,
     ):
         self.src, self.tgt, self.joint = src, tgt, joint
+        self.placeholders = placeholders or []  # the placeholder pieces both sides hold
         self._samplers: dict[str, BpeDropout] = {}  # built on first use of BPE-dropout
         for side, sp in (("source", src), ("target", tgt)):
             ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
@@ -179,7 +192,7 @@ class Tokenizer:
         meta = read_meta(directory)
         src = _load_processor(directory / meta["src_model"])
         tgt = src if meta["joint"] else _load_processor(directory / meta["tgt_model"])
-        return cls(src, tgt, meta["joint"])
+        return cls(src, tgt, meta["joint"], meta.get("placeholders"))
 
     @staticmethod
     def model_files(directory: str | Path) -> list[str]:
@@ -215,6 +228,18 @@ class Tokenizer:
             self._samplers[side] = next(iter(self._samplers.values())) if shared else BpeDropout(sp)
         return self._samplers[side]
 
+    def extends(self, other: Tokenizer) -> bool:
+        """Whether this vocabulary is `other`'s with pieces appended (add_placeholders): each
+        id of `other` means the same piece here."""
+        pairs = [(self.src, other.src), (self.tgt, other.tgt)]
+        return self.joint == other.joint and all(
+            mine.get_piece_size() >= theirs.get_piece_size()
+            and all(
+                mine.id_to_piece(i) == theirs.id_to_piece(i) for i in range(theirs.get_piece_size())
+            )
+            for mine, theirs in pairs
+        )
+
     def src_pieces(self, text: str) -> list[str]:
         return self.src.encode(text, out_type=str)
 
@@ -242,7 +267,30 @@ def read_meta(directory: Path) -> dict:
         raise UserError(
             f'{path}: expected {{"joint": true|false, "src_model": FILE, "tgt_model": FILE}}'
         )
+    placeholders = meta.get("placeholders", [])
+    if not isinstance(placeholders, list) or not all(
+        isinstance(p, str) and PIECE.fullmatch(p) for p in placeholders
+    ):
+        raise UserError(f'{path}: "placeholders" must be a list of pieces such as "｟url1｠"')
     return meta
+
+
+def add_placeholders(directory: str | Path, out: str | Path, *, force: bool = False) -> Tokenizer:
+    """A copy of a tokenizer directory whose vocabulary also holds the placeholder pieces,
+    appended after its last id: every line without them splits exactly as before, and a model
+    of the old tokenizer grows its embeddings for the new ids (training --init)."""
+    directory, out = Path(directory), Path(out)
+    meta = read_meta(directory)
+    if meta.get("placeholders"):
+        raise UserError(f"{directory}: its vocabulary holds the placeholder pieces already")
+    check_replaceable(out, "tokenizer", "--out", force, reads=[directory])
+    with built_aside(out, META_FILE) as tmp:
+        for name in {meta["src_model"], meta["tgt_model"]}:
+            model = (directory / name).read_bytes()
+            (tmp / name).write_bytes(extended_model(model, all_pieces()))
+        meta = {**meta, "placeholders": all_pieces()}
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    return Tokenizer.load(out)
 
 
 class BpeDropout:
@@ -272,19 +320,23 @@ class BpeDropout:
             [
                 self.sp.piece_to_id(piece)
                 for word in self._words(t)
-                for piece in self._merge(word, p, rng)
+                for piece in ([word] if PIECE.fullmatch(word) else self._merge(word, p, rng))
             ]  # fmt: skip
             for t in texts
         ]
 
     def _words(self, text: str) -> list[str]:
-        """The normalised text cut into words, each starting with ▁ (sentencepiece's own cut)."""
+        """The normalised text cut into words, each starting with ▁ (sentencepiece's own cut);
+        a placeholder piece is a word of its own, never split (a user-defined piece)."""
         words: list[str] = []
+        glued = False  # whether the next piece may join the last word
         for piece in self.sp.encode(text, out_type=str):
-            if piece.startswith("▁") or not words:
+            atomic = PIECE.fullmatch(piece) is not None and piece in self.rank
+            if piece.startswith("▁") or not glued or atomic:
                 words.append(piece)
             else:
                 words[-1] += piece
+            glued = not atomic
         return words
 
     def _merge(self, word: str, p: float, rng: random.Random) -> list[str]:

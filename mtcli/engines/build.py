@@ -131,6 +131,7 @@ def _own_translator(
         count_tokens=lambda s: len(tokenizer.encode_src(s)), max_tokens=translator.truncate.limit,
         warn=options.warn, html=options.html,
         language_check=_language_check(models[0], first.src_lang, options) if chosen else None,
+        placeholders=[p for p in first.placeholders if all(p in m.placeholders for m in loaded)],
     )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from mtcli import __version__, files
 from mtcli.config import ModelConfig, to_dict
+from mtcli.data.placeholders import is_tag_piece
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
@@ -55,6 +56,22 @@ class LoadedModel:
     @property
     def tgt_lang(self) -> str:
         return self.config.get("tgt_lang", "")
+
+    @property
+    def placeholders(self) -> list[str]:
+        """The placeholder pieces this model was trained to carry (its config's training run had
+        the placeholder pipeline on, over a tokenizer that holds them): span pieces when it ran
+        with --placeholders, tag pieces when it ran with --tags; none for any other model."""
+        train = self.config.get("train") or {}
+        if not isinstance(train, dict):
+            return []
+        spans = _rate(train.get("placeholders")) > 0
+        tags = _rate(train.get("tags")) > 0
+        return [p for p in self.tokenizer.placeholders if (tags if is_tag_piece(p) else spans)]
+
+
+def _rate(value) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 @dataclass

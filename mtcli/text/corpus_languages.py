@@ -44,7 +44,11 @@ def corpus_languages(src: str, tgt: str | None) -> dict[str, SideLanguage]:
     identified from the text of its first SAMPLE_PAIRS pairs (`tgt` None: a TSV file)."""
     if (manifest := prepared_manifest(src, tgt)) is not None:
         path, record = manifest
-        return {side: SideLanguage(record[f"{side}_lang"], str(path), True) for side in SIDES}
+        # a prepared folder's train.tgt given as --src (zh-en from an en-zh corpus) is its
+        # target side: the manifest's languages swap with the files
+        swapped = Path(src).suffix == ".tgt" and (tgt is None or Path(tgt).suffix == ".src")
+        of = {"src": "tgt", "tgt": "src"} if swapped else {"src": "src", "tgt": "tgt"}
+        return {side: SideLanguage(record[f"{of[side]}_lang"], str(path), True) for side in SIDES}
     pairs = list(itertools.islice(read_corpus(src, tgt), SAMPLE_PAIRS))
     names = {"src": src, "tgt": tgt or src}
     column = {"src": 1, "tgt": 2}

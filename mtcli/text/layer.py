@@ -15,8 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from mtcli.data.placeholders import PER_SENTENCE, span_piece
 from mtcli.text.casing import casing_of, restyle, sentence_case
 from mtcli.text.language_check import LanguageCheck
+from mtcli.text.placeholders import empty_tags, from_placeholders, to_placeholders
+from mtcli.text.render import render
 from mtcli.text.sentences import UNSPACED, fit, join_sentences, split_sentences
 from mtcli.text.spans import (
     NUMBER,
@@ -27,6 +30,9 @@ from mtcli.text.spans import (
     stand_in,
 )
 
+# spans a model reads as they are written (3 hours, 8:15, 15%): kept, not stood in for
+VERBATIM_KINDS = ("number", "time", "pct")
+
 
 @dataclass
 class Segment:
@@ -36,6 +42,7 @@ class Segment:
     casing: str = "plain"  # the source's casing, given back to a cased target
     keep: list[str] = field(default_factory=list)  # strings the translation must contain
     stand_ins: dict[str, str] = field(default_factory=dict)  # stand-in -> the span it holds
+    pieces: dict[str, str] = field(default_factory=dict)  # placeholder piece -> what it holds
 
 
 class TextLayer:
@@ -57,6 +64,7 @@ class TextLayer:
         warn: Callable[[str], None] = lambda message: None,
         html: bool = False,
         language_check: LanguageCheck | None = None,
+        placeholders: list[str] | tuple[str, ...] = (),
     ):
         self.inner, self.src_lang, self.tgt_lang = inner, src_lang, tgt_lang
         # a model chosen by hand: lines in another language than its source are flagged
@@ -64,6 +72,9 @@ class TextLayer:
         self.html = html  # each line is an HTML document (the inner translator aligns words)
         self.can_write, self.count_tokens, self.max_tokens = can_write, count_tokens, max_tokens
         self.warn = warn
+        # the placeholder pieces the model was trained to carry (none: stand-ins do their work)
+        self.placeholders = set(placeholders)
+        self.decoded_again = 0  # sentences decoded a second time under constraints (a measure)
 
     def translate_chunk(self, lines: list[str], prefixes: list[str | None] | None = None) -> list:
         html = self.html
@@ -83,7 +94,7 @@ class TextLayer:
             done.extend(self._text(runs, None))
             return done
 
-        text = translate_html(line, translate, spaced)
+        text = translate_html(line, translate, spaced, self._keep_word)
         score = sum(r.score for r in done) / len(done) if done else 0.0
         base = done[0] if done else self.inner.translate_chunk([""])[0]  # an empty line's result
         return replace(
@@ -91,6 +102,12 @@ class TextLayer:
             truncated=any(r.truncated for r in done), alignment=None, attention=None,
             trace=None, pieces=None,
         )  # fmt: skip
+
+    def _keep_word(self, n: int, text: str) -> str:
+        """What the n-th inline code element of an HTML run travels as: a code piece the model
+        knows (numbered from the last, clear of the run's own code spans), else a stand-in."""
+        piece = span_piece("code", PER_SENTENCE - n) if n < PER_SENTENCE else ""
+        return piece if piece in self.placeholders else stand_in(n, text)
 
     def _text(self, lines: list[str], prefixes: list[str | None] | None) -> list:
         plans = [self.plan(line) for line in lines]
@@ -109,12 +126,16 @@ class TextLayer:
         for i, result in zip(owner, results, strict=True):
             parts[i].append(result)
         return [
-            self._flagged(self._rebuild(line, plans[i], parts[i])) for i, line in enumerate(lines)
+            self._flagged(self._rebuild(line, plans[i], parts[i]), plans[i])
+            for i, line in enumerate(lines)
         ]
 
-    def _flagged(self, result):
-        """`result`, marked and named on stderr when it writes a number its source has not."""
-        if result.passthrough or not (made_up := invented_numbers(result.source, result.text)):
+    def _flagged(self, result, segments: list[Segment]):
+        """`result`, marked and named on stderr when it writes a number its source has not (a
+        span given back as the target writes it counts as the source's: 40 million is 4000万)."""
+        given = [t for seg in segments for t in (*seg.stand_ins.values(), *seg.pieces.values())]
+        source = " ".join([result.source, *given])
+        if result.passthrough or not (made_up := invented_numbers(source, result.text)):
             return result
         self.warn(
             f"the translation of {_excerpt(result.source)} has {', '.join(made_up)}, which its "
@@ -130,6 +151,7 @@ class TextLayer:
             j for j, (seg, r) in enumerate(zip(segments, results, strict=True)) if not _kept(seg, r)
         ]
         if again and getattr(self.inner, "constrains", False):
+            self.decoded_again += len(again)
             redone = self.inner.translate_chunk(
                 [segments[j].text for j in again], [wanted[j] for j in again] if wanted else None,
                 [segments[j].keep for j in again],
@@ -150,20 +172,26 @@ class TextLayer:
         return [self._segment(s) for s in sentences]
 
     def _segment(self, sentence: str) -> Segment:
-        """A sentence as the model is given it: in sentence case, its spans kept. A number the
-        vocabulary writes stays (the model reads it); any other span travels as a stand-in
-        number (a URL's pieces would only confuse the model, and a `%s` may be unwritable)."""
+        """A sentence as the model is given it: in sentence case, its spans kept. A model
+        trained with placeholders gets each span and inline tag as its piece. Otherwise a
+        number, a time or a percentage the vocabulary writes stays (the model reads it); any
+        other span travels as a stand-in number (a URL's pieces would only confuse the model,
+        and a `%s` may be unwritable), given back as the target writes it (render.py)."""
         casing = casing_of(sentence) if self.src_lang == "en" else "plain"
-        spans = find_spans(sentence)
+        spans = find_spans(sentence, self.src_lang)
         text = _sentence_case_around(sentence, spans) if casing != "plain" else sentence
         segment = Segment(text, casing)
+        if self.placeholders:
+            sent = to_placeholders(text, spans, self.placeholders, self.tgt_lang)
+            segment.text, segment.pieces, spans = sent.text, sent.given_back, sent.rest
+            segment.keep += list(sent.given_back)
         for n, span in enumerate(spans):
-            if span.kind == "number" and self.can_write(span.text):
+            if span.kind in VERBATIM_KINDS and self.can_write(span.text):
                 segment.keep.append(span.text)
                 continue
             word = stand_in(n, sentence)
             segment.text = segment.text.replace(span.text, word, 1)
-            segment.stand_ins[word] = span.text
+            segment.stand_ins[word] = render(span, self.tgt_lang)
             segment.keep.append(word)
         return segment
 
@@ -196,9 +224,14 @@ class TextLayer:
         """Stand-ins replaced by their spans, and the source's casing where the target has it;
         a span still missing is named in a warning."""
         text = restyle(text, segment.casing, self.tgt_lang)
+        if not quiet and segment.text.strip() and not text.strip():
+            self.warn(f"the translation of {segment.text!r} is empty: the sentence is lost")
+        if not quiet and (empty := empty_tags(text)):
+            self.warn(f"the translation of {segment.text!r} left {', '.join(empty)} empty")
+        text = from_placeholders(text, segment.pieces)
         for word, span in segment.stand_ins.items():
             text = text.replace(word, span)
-        wanted = [segment.stand_ins.get(k, k) for k in segment.keep]
+        wanted = [segment.stand_ins.get(k, segment.pieces.get(k, k)) for k in segment.keep]
         if not quiet and (lost := lost_spans(text, wanted)):
             self.warn(f"the translation of {segment.text!r} lost {', '.join(lost)}")
         return text

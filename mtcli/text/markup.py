@@ -72,8 +72,9 @@ class Run:
 class _Reader(HTMLParser):
     """The document as a list of verbatim strings and Runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_word: Callable[[int, str], str] = stand_in) -> None:
         super().__init__(convert_charrefs=True)
+        self.keep_word = keep_word  # the word an inline code element travels as
         self.parts: list[str | Run] = []
         self.run = Run()
         self.open: list[Element] = []  # inline elements not closed yet
@@ -153,7 +154,7 @@ class _Reader(HTMLParser):
                 break
 
     def _keep_inline(self) -> None:
-        word = stand_in(len(self.run.kept), self.run.text)
+        word = self.keep_word(len(self.run.kept), self.run.text)
         self.run.kept[word] = "".join(self.inline)
         self.run.text += word
         self.inline = None
@@ -194,17 +195,24 @@ class _Reader(HTMLParser):
         self._end_run()
 
 
-def read(document: str) -> list[str | Run]:
-    reader = _Reader()
+def read(document: str, keep_word: Callable[[int, str], str] = stand_in) -> list[str | Run]:
+    reader = _Reader(keep_word)
     reader.feed(document)
     reader.close()
     return reader.parts
 
 
-def translate_html(document: str, translate: Callable[[list[str]], list], tgt_spaced: bool) -> str:
+def translate_html(
+    document: str,
+    translate: Callable[[list[str]], list],
+    tgt_spaced: bool,
+    keep_word: Callable[[int, str], str] = stand_in,
+) -> str:
     """The document with each run's text translated by `translate` (lines -> Translations with
-    word alignments and, for a target without spaces, its pieces) and its tags put back."""
-    parts = read(document)
+    word alignments and, for a target without spaces, its pieces) and its tags put back. An
+    inline code element travels as `keep_word(n, run text)`: a stand-in number, or a model's
+    placeholder piece."""
+    parts = read(document, keep_word)
     runs = [p for p in parts if isinstance(p, Run) and p.text.strip()]
     results = dict(
         zip(map(id, runs), translate([r.text.strip() for r in runs]) if runs else [], strict=True)

@@ -24,7 +24,29 @@ def split_sentences(line: str, language: str) -> list[str]:
     from sentencex import segment
 
     sentences = [s.strip() for s in segment(language or "en", text)]
-    return [s for s in sentences if s] or [text]
+    return _whole_spans(text, [s for s in sentences if s], language) or [text]
+
+
+def _whole_spans(text: str, sentences: list[str], language: str) -> list[str]:
+    """The sentences, two joined again where the cut between them fell inside a span (a URL,
+    a date, a version number: a sentence is never split inside one)."""
+    from mtcli.text.spans import find_spans
+
+    spans = find_spans(text, language)
+    out: list[str] = []
+    at, glue_start = 0, 0
+    for sentence in sentences:
+        start = text.find(sentence, at)
+        if start < 0:  # the segmenter changed the text: keep its cut
+            return sentences
+        inside = any(span.start < start < span.end for span in spans)
+        if out and inside:
+            out[-1] = text[glue_start : start + len(sentence)]
+        else:
+            out.append(sentence)
+            glue_start = start
+        at = start + len(sentence)
+    return out
 
 
 def join_sentences(sentences: list[str], language: str) -> str:

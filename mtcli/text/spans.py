@@ -1,5 +1,8 @@
-"""Spans of a line that a translation must keep byte for byte: text in backticks, URLs, e-mail
-addresses, the placeholders of software strings, and numbers as written.
+"""Spans of a line that a translation must keep: text in backticks, URLs, e-mail addresses, the
+placeholders of software strings, dates, phone numbers, prices with their currency, percentages,
+times, version and model numbers, amounts with a magnitude word, terms of the other script,
+and numbers as written. Each is kept byte for byte, except where render.py writes it the
+target's way (3亿 -> 300 million).
 
 Found by patterns, most specific first, never overlapping. Also here: stand-ins for the spans a
 model's vocabulary cannot write (a `%s` where the tokenizer has no `%`), so the translator can
@@ -11,11 +14,38 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# most specific first: a URL's digits are the URL's, a placeholder's braces are not a number's
+MONTHS = (
+    "January|February|March|April|May|June|July|August|September|October|November|December|"
+    "Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec"
+)
+_FULL_MONTHS = MONTHS.split("|")[:12]
+MONTH_NUMBER = {name: i + 1 for i, name in enumerate(_FULL_MONTHS)}
+MONTH_NUMBER |= {name[:3]: i + 1 for i, name in enumerate(_FULL_MONTHS)} | {"Sept": 9}
+_AMOUNT = r"\d+(?:,\d{3})*(?:\.\d+)?"  # 1,299.99
+_ZH_MONEY = "美元|欧元|英镑|日元|港元|港币|人民币|块钱|元"
+_SIGNS = "$€£¥￥"
+_CJK = "\u3000-\u9fff\uff00-\uffef"  # CJK characters and full-width punctuation
+_CODES = "USD|EUR|GBP|CNY|RMB|JPY|HKD|CHF|CAD|AUD"
+
+# most specific first: a URL's digits are the URL's, a placeholder's braces are not a number's,
+# a date's or a phone number's digits are one span (12/05/2024 was three numbers, and cut)
 PATTERNS = [
     ("code", re.compile(r"`[^`\n]+`")),
-    ("url", re.compile(r"\b(?:https?://|www\.)[^\s<>\"'`]+[^\s<>\"'`.,;:!?)\]}]")),
-    ("email", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
+    # a URL or an address ends where Chinese text goes on (访问https://example.com了解)
+    (
+        "url",
+        re.compile(
+            rf"(?<![A-Za-z0-9])(?:https?://|www\.)[^\s<>\"'`{_CJK}]+[^\s<>\"'`.,;:!?)\]}}{_CJK}]"
+        ),
+    ),
+    (
+        "email",
+        re.compile(
+            r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?![A-Za-z0-9-])"
+        ),
+    ),
+    # before the placeholders: 3.5% of is a percentage, not 3.5 and a printf "% o"
+    ("pct", re.compile(rf"(?<![A-Za-z0-9_.,]){_AMOUNT} ?%")),
     (
         "placeholder",
         re.compile(
@@ -27,23 +57,88 @@ PATTERNS = [
             r"|</?\d+/?>"  # <0>, </0>, <1/>
         ),
     ),  # fmt: skip
+    (
+        "date",
+        re.compile(
+            r"(?<![\d/.-])(?:\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}|\d{1,2}\.\d{1,2}\.\d{4})(?![\d/.-]?\d)"
+            rf"|\b\d{{1,2}}(?:st|nd|rd|th)? (?:{MONTHS})\.?,? \d{{4}}\b"  # 5 March 2024
+            rf"|\b(?:{MONTHS})\.? \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}\b"  # March 5, 2024
+            r"|(?<!\d)\d{4}年\d{1,2}月\d{1,2}[日号]|(?<!\d)\d{1,2}月\d{1,2}[日号]"  # 2024年3月5日
+        ),
+    ),  # fmt: skip
+    (
+        "phone",
+        re.compile(
+            r"(?<![A-Za-z0-9+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\d])"  # +49 30 1234567
+            r"|\(\d{3}\) ?\d{3}-\d{4}\b|(?<![\d-])\d{3}-\d{3}-\d{4}(?![\d-])"  # (555) 123-4567
+            r"|(?<![\d-])(?:\d{3}-\d{4}|0\d{2,3}-\d{7,8})(?![\d-])"  # 555-0199, 010-12345678
+        ),
+    ),  # fmt: skip
+    (
+        "price",
+        re.compile(
+            rf"[{_SIGNS}] ?{_AMOUNT}(?: ?(?:million|billion|thousand)\b)?"  # $1,299.99, € 49
+            rf"|\b(?:{_CODES}) ?{_AMOUNT}|(?<![A-Za-z0-9_.,]){_AMOUNT} ?(?:{_CODES})\b"  # USD 20, 20 EUR
+            rf"|(?<![\d.,:]){_AMOUNT}(?:万|亿)?(?:{_ZH_MONEY})"  # 350元, 5万元
+        ),
+    ),  # fmt: skip
+    (
+        "time",
+        re.compile(
+            r"(?<![\d:.])\d{1,2}:\d{2}(?::\d{2})?(?: ?(?:[ap]\.m\.|[AaPp][Mm]\b))?(?![\d:])"
+            r"|(?<![\d.,])\d{1,2} ?(?:[ap]\.m\.|[AaPp][Mm]\b)"  # 3 pm, 10 a.m.
+        ),
+    ),  # fmt: skip
+    (
+        "ver",
+        re.compile(
+            r"\b[vV]\d+(?:\.\d+)+\b|(?<![\d.])\d+\.\d+\.\d+(?:\.\d+)?(?![\d.]?\d)"  # v2.1, 3.11.2
+            r"|\b(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9]+(?:-[A-Za-z0-9]+)+\b"  # WH-1000XM5
+            r"|\b[A-Z]{1,4}\d+[A-Za-z0-9]*\b"  # XM5, A4, MP3
+            r"|\b[a-z]+[A-Z][A-Za-z]+(?: \d+)?(?: (?:Pro|Max|Plus|Mini|Ultra|Air|SE))*\b"  # iPhone 15 Pro
+        ),
+    ),  # fmt: skip
+    # a number with its magnitude word: translated by value (40 million -> 4000万, 3亿 -> 300 million)
+    (
+        "num",
+        re.compile(
+            r"(?<![A-Za-z0-9_.,])\d+(?:\.\d+)? (?:million|billion|trillion)\b|(?<![\d.,])\d+(?:\.\d+)?(?:万|亿)"
+        ),
+    ),
     # digits not inside a Latin word (mp3, 3D); beside Chinese characters they count
     ("number", re.compile(r"(?<![A-Za-z0-9_.,:])\d+(?:[.,:]\d+)*(?![A-Za-z0-9_])")),
 ]
+# a term of the other script kept as written: Chinese inside English, Latin names inside Chinese
+TERMS = {
+    "cjk": re.compile(r"[\u3400-\u9fff]+(?:[·・][\u3400-\u9fff]+)*"),
+    "latin": re.compile(
+        r"[A-Za-z][A-Za-z0-9'’.&+-]*(?: [A-Za-z0-9][A-Za-z0-9'’.&+-]*)*(?<![.'’-])"
+    ),
+}
+UNSPACED_LANGUAGES = ("zh", "ja")
 
 
 @dataclass(frozen=True)
 class Span:
     start: int
     end: int
-    kind: str  # code, url, email, placeholder, number
+    kind: (
+        str  # code, url, email, placeholder, date, phone, price, pct, time, ver, num, term, number
+    )
     text: str
 
 
-def find_spans(line: str) -> list[Span]:
-    """The spans of `line` to keep, in order, none overlapping another."""
+def find_spans(line: str, language: str = "") -> list[Span]:
+    """The spans of `line` to keep, in order, none overlapping another. Knowing the line's
+    `language`, a term of the other script counts too (北京烤鸭 in English, iPhone in Chinese)."""
+    patterns = list(PATTERNS)
+    # a term is one inside text of the line's own script: a line of English given to a Chinese
+    # model is the wrong language (text/language_check.py), not one long term
+    if language and (language not in UNSPACED_LANGUAGES or TERMS["cjk"].search(line)):
+        other = "latin" if language in UNSPACED_LANGUAGES else "cjk"
+        patterns.insert(-1, ("term", TERMS[other]))
     taken: list[Span] = []
-    for kind, pattern in PATTERNS:
+    for kind, pattern in patterns:
         for m in pattern.finditer(line):
             if not any(m.start() < s.end and s.start < m.end() for s in taken):
                 taken.append(Span(m.start(), m.end(), kind, m.group()))
@@ -65,14 +160,16 @@ NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 
 def renumbered(translation: str, source_numbers: list[str]) -> str:
     """The translation with each number it wrote wrongly replaced by the source's number it
-    stands for. A wrong number that starts with a lost one is that one (a forced 165 the model
-    went on to write as 1650); the rest pair up in order, only one to one (a small model
+    stands for. A wrong number that starts or ends with a lost one is that one (a forced 165 the
+    model went on to write as 1650, 4,646 as 4444,646); the rest pair up in order, only one to one (a small model
     writes 1987 as 198, or 42.50 as 1200, in the right place)."""
     lost = lost_spans(translation, source_numbers)
     wrong = [m for m in NUMBER.finditer(translation) if m.group() not in source_numbers]
     fixes: dict[int, str] = {}
     for m in wrong:
-        if heads := [n for n in lost if m.group().startswith(n) and n not in fixes.values()]:
+        # a forced number the model wrote more digits before or after: 4,646 as 4444,646
+        stuck = [n for n in lost if m.group().startswith(n) or m.group().endswith(n)]
+        if heads := [n for n in stuck if n not in fixes.values()]:
             fixes[m.start()] = max(heads, key=len)
     rest = [m for m in wrong if m.start() not in fixes]
     unmatched = [n for n in lost if n not in fixes.values()]

@@ -48,6 +48,7 @@ def check_inputs(cfg: TrainConfig, force: bool) -> None:
         Tokenizer.load(cfg.tokenizer)
     if cfg.init:
         check_init(cfg)
+    check_placeholder_pipeline(cfg)
     if cfg.tensorboard:
         try:
             import tensorboard  # noqa: F401
@@ -140,7 +141,38 @@ def check_store(cfg: TrainConfig) -> None:
             f"--bpe-dropout {cfg.bpe_dropout}: --data {cfg.data} holds only token ids, and "
             "BPE-dropout re-splits the text; binarize with --keep-text"
         )
+    if (rate := _first_rate(cfg)) and not manifest["key"]["keep_text"]:
+        raise UserError(
+            f"{rate}: --data {cfg.data} holds only token ids, and the placeholder pipeline "
+            "rewrites the text; binarize with --keep-text"
+        )
     Tokenizer.load(Path(cfg.data) / "tokenizer")
+
+
+PIPELINE_FLAGS = {"placeholders": "--placeholders", "tags": "--tags", "casing": "--casing",
+                  "end_punct": "--end-punct"}  # fmt: skip
+
+
+def _first_rate(cfg: TrainConfig) -> str:
+    """The first placeholder-pipeline flag the run turns on ("--tags 0.1"), or ""."""
+    on = [f"{flag} {getattr(cfg, k)}" for k, flag in PIPELINE_FLAGS.items() if getattr(cfg, k) > 0]
+    return on[0] if on else ""
+
+
+def check_placeholder_pipeline(cfg: TrainConfig) -> None:
+    """--placeholders and --tags write pieces the tokenizer must hold, and align words with
+    eflomal: both checked before any work."""
+    if not (cfg.placeholders > 0 or cfg.tags > 0):
+        return
+    flag = _first_rate(cfg)
+    directory = cfg.tokenizer or (cfg.data and str(Path(cfg.data) / "tokenizer")) or cfg.init
+    if directory and not Tokenizer.load(directory).placeholders:
+        raise UserError(
+            f"{flag}: the tokenizer {directory} has no placeholder pieces; make one with "
+            "`mtcli tokenizer add-placeholders` (or train one with --placeholders)"
+        )
+    if importlib.util.find_spec("eflomal") is None:
+        raise UserError(f"{flag} aligns words with eflomal: pip install 'mtcli[align]'")
 
 
 def check_model_fits(model: ModelConfig) -> None:
@@ -169,14 +201,21 @@ def check_model_fits(model: ModelConfig) -> None:
 def check_init(cfg: TrainConfig) -> None:
     """--init MODEL brings its shape and tokenizer: a flag that asks for others is refused."""
     checked = check_model_files(cfg.init)
-    if cfg.tokenizer and Path(cfg.tokenizer).resolve() != checked.path.resolve():
+    same = cfg.tokenizer and Path(cfg.tokenizer).resolve() == checked.path.resolve()
+    if cfg.tokenizer and not same and not _grows(Tokenizer.load(cfg.tokenizer), checked.path):
         raise UserError(
             f"--tokenizer {cfg.tokenizer} conflicts with --init {cfg.init}: the model brings its "
-            "own tokenizer"
+            "own tokenizer (or one that extends it, as `mtcli tokenizer add-placeholders` makes)"
         )
     if diffs := architecture_differences(cfg.model, checked.model_cfg):
         k, actual, wanted = diffs[0]
         raise UserError(f"--init {cfg.init} has {k} {actual!r}; it cannot be trained as {wanted!r}")
+
+
+def _grows(tokenizer: Tokenizer, model_dir: Path) -> bool:
+    """Whether `tokenizer` is the model's own with pieces appended (not merely a copy)."""
+    own = Tokenizer.load(model_dir)
+    return tokenizer.src_vocab_size > own.src_vocab_size and tokenizer.extends(own)
 
 
 def architecture_differences(wanted: ModelConfig, actual: ModelConfig) -> list[tuple]:

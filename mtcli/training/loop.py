@@ -37,11 +37,13 @@ from mtcli.data.tokenizer import Tokenizer
 from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted
 from mtcli.store.checkpoint import SaveRequest, check_model_dir, write_model_dir
+from mtcli.training.augment import Augmenter
 from mtcli.training.checks import check_inputs, warmup_outlasts_budget, with_languages
 from mtcli.training.distributed import ProcessGroup, rng_state, set_rng_state, start_process_group
+from mtcli.training.pipeline import epoch_resplit, make_augmenter
 from mtcli.training.reports import Message, Report, StepReport, TrainResult, ValidReport
 from mtcli.training.run_dir import RunDir
-from mtcli.training.start import begin_run, epoch_resplit, load_pairs, load_training_set
+from mtcli.training.start import begin_run, load_pairs, load_training_set
 from mtcli.training.validation import Validator, smoothed_loss
 
 
@@ -238,6 +240,7 @@ def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: Ru
     if group.world > 1 and checkpoint is None:
         torch.manual_seed(cfg.seed + group.rank)  # the same init everywhere, own dropout masks
     train_set = load_training_set(cfg, start, group, say)
+    augmenter = make_augmenter(cfg, train_set, run.path, group, say)
     validator = make_validator(cfg, model, tokenizer, device, precision, say)
     optimizer = make_optimizer(model.parameters(), cfg, lr_at(1, cfg, model.cfg.d_model))
     pos = Position()
@@ -246,7 +249,7 @@ def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: Ru
     result = TrainResult(step=pos.step, best=validator.best if validator else None, out=run.path)
     trainer = Trainer(
         cfg, group, run, model, model, tokenizer, start.tokenizer_dir, validator, optimizer,
-        precision, pos, result, CheckpointPolicy(cfg), say,
+        precision, pos, result, CheckpointPolicy(cfg), say, augmenter=augmenter,
     )  # fmt: skip
     return trainer, train_set, checkpoint
 
@@ -254,7 +257,7 @@ def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: Ru
 def _train_epoch(trainer: Trainer, train_set: TokenStore) -> bool:
     """This rank's batches of the epoch from where the run stands; True when the run ends."""
     cfg, pos, group = trainer.cfg, trainer.pos, trainer.group
-    resplit = epoch_resplit(train_set, trainer.tokenizer, cfg, pos.epoch)
+    resplit = epoch_resplit(train_set, trainer.tokenizer, cfg, pos.epoch, trainer.augmenter)
     batches_of_epoch = epoch_batches(
         train_set, max_tokens=cfg.max_tokens, seed=cfg.seed, epoch=pos.epoch
     )
@@ -297,6 +300,7 @@ class Trainer:
     window_tokens: float = 0.0  # target tokens since the last progress report
     window_start: float = field(default_factory=time.monotonic)
     warmup_checked: bool = False  # whether --max-time's steps were set against the warm-up
+    augmenter: Augmenter | None = None  # the placeholder pipeline, when the run has it on
 
     def step(
         self, store: TokenStore, batches: list, resplit: Resplit | None

@@ -24,7 +24,6 @@ from mtcli.config import (
     from_dict,
     to_dict,
 )
-from mtcli.data.batches import Resplit, dropout_resplit
 from mtcli.data.parallel_text import read_corpus
 from mtcli.data.token_store import (
     BinarizeRequest,
@@ -43,6 +42,7 @@ from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import load_model, load_trainer_state
 from mtcli.training.checks import architecture_differences
 from mtcli.training.distributed import ProcessGroup
+from mtcli.training.pipeline import rates_of
 from mtcli.training.reports import Message
 from mtcli.training.run_dir import RunDir, recorded_settings, resume_point
 
@@ -58,7 +58,11 @@ def prepare_tokenizer(cfg: TrainConfig, group: ProcessGroup, say) -> Path:
         raise UserError("a TSV corpus needs --tokenizer (train one with `mtcli tokenizer train`)")
     tok_dir = Path(cfg.out) / "tokenizer"
     if group.is_main and not (tok_dir / "tokenizer.json").is_file():
-        options = TokenizerOptions(vocab_size=cfg.vocab_size, seed=cfg.seed)
+        # the placeholder pipeline writes pieces the vocabulary must hold
+        with_pieces = cfg.placeholders > 0 or cfg.tags > 0
+        options = TokenizerOptions(
+            vocab_size=cfg.vocab_size, seed=cfg.seed, placeholders=with_pieces
+        )
         train_tokenizer(cfg.src, cfg.tgt, tok_dir, options, say=lambda m: say(Message(m)))
     group.barrier()
     return tok_dir
@@ -73,26 +77,6 @@ def load_pairs(src: str, tgt: str, tokenizer: Tokenizer, cfg: TrainConfig) -> To
 
 def filters_of(cfg: TrainConfig) -> Filters:
     return Filters(max_len=cfg.max_len, max_ratio=cfg.max_ratio)
-
-
-def epoch_resplit(
-    store: TokenStore, tokenizer: Tokenizer, cfg: TrainConfig, epoch: int
-) -> Resplit | None:
-    """How this epoch's batches are split into subwords: as stored, or anew by BPE-dropout.
-
-    Seeded by (seed, epoch) and each batch, so a resumed run sees the same splits as an
-    uninterrupted one.
-    """
-    if cfg.bpe_dropout <= 0:
-        return None
-    p = cfg.bpe_dropout
-    return dropout_resplit(
-        store,
-        lambda texts, rng: tokenizer.sample_src(texts, p, rng),
-        lambda texts, rng: tokenizer.sample_tgt(texts, p, rng),
-        max_len=cfg.max_len,
-        seed=f"{cfg.seed}:{epoch}",
-    )
 
 
 def build_model_config(cfg: TrainConfig, tokenizer: Tokenizer) -> ModelConfig:
@@ -157,12 +141,33 @@ def continue_run(checkpoint: Path, cfg: TrainConfig, say) -> Start:
 
 
 def start_from_model(cfg: TrainConfig) -> Start:
-    """--init: a new run from a model's weights, shape and tokenizer (fresh optimizer)."""
+    """--init: a new run from a model's weights, shape and tokenizer (fresh optimizer), or
+    from its weights and a --tokenizer that extends its own (the new pieces' embeddings are
+    new rows, initialised as the model initialises its embeddings)."""
     loaded = load_model(cfg.init)
-    # the same weights in a model with this run's dropout rates
-    model = Seq2Seq(dataclasses.replace(loaded.model.cfg, **_dropouts(cfg.model)))
-    model.load_state_dict(loaded.model.state_dict())
-    return Start(model, loaded.tokenizer, loaded.path)
+    tokenizer, tokenizer_dir = loaded.tokenizer, loaded.path
+    if cfg.tokenizer:
+        tokenizer, tokenizer_dir = Tokenizer.load(cfg.tokenizer), Path(cfg.tokenizer)
+    # the same weights in a model with this run's dropout rates (and vocabulary)
+    shape = dataclasses.replace(
+        loaded.model.cfg, **_dropouts(cfg.model),
+        src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size,
+    )  # fmt: skip
+    model = Seq2Seq(shape)
+    model.load_state_dict(_grown(loaded.model.state_dict(), model.state_dict()))
+    return Start(model, tokenizer, tokenizer_dir)
+
+
+def _grown(old: dict, new: dict) -> dict:
+    """`old`'s tensors, each with `new`'s extra rows where the vocabulary grew."""
+    out = {}
+    for name, tensor in old.items():
+        if tensor.shape != new[name].shape:
+            grown = new[name].clone()
+            grown[: tensor.shape[0]] = tensor
+            tensor = grown
+        out[name] = tensor
+    return out
 
 
 def _dropouts(cfg: ModelConfig) -> dict:
@@ -231,7 +236,8 @@ def ensure_run_store(cfg: TrainConfig, tokenizer_dir: Path, say) -> None:
     are the same)."""
     out = Path(cfg.out) / "data"
     threads = max(1, cfg.threads or available_cpus())
-    keep_text = cfg.bpe_dropout > 0  # BPE-dropout re-splits the text
+    # BPE-dropout re-splits the text, and the placeholder pipeline rewrites it
+    keep_text = cfg.bpe_dropout > 0 or rates_of(cfg).on
     request = BinarizeRequest(
         cfg.src, cfg.tgt, tokenizer_dir, out, filters_of(cfg), keep_text, threads
     )

@@ -84,8 +84,8 @@ def train(
 def add_placeholders_command(directory, out, force) -> None:
     """Copy a tokenizer with the placeholder pieces appended to its vocabulary.
 
-    Every older id keeps its piece, so a model of DIRECTORY can be trained on with it:
-    mtcli train --init MODEL --tokenizer OUT --placeholders 0.3 ...
+    Every older id keeps its piece, so a model of DIRECTORY can be trained on with it
+    (train --init MODEL --tokenizer OUT --placeholders 0.25 --tags 0.1).
     """
     from mtcli.data.tokenizer import add_placeholders
 

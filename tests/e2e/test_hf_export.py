@@ -93,7 +93,10 @@ def test_what_marian_cannot_express_is_refused_in_one_line(tmp_path):
     from mtcli.model.transformer import Seq2Seq
     from mtcli.store.checkpoint import SaveRequest, write_model_dir
 
-    model = Seq2Seq(tiny_config(vocab=6000, pre_norm=True, max_positions=256))
+    from mtcli.data.tokenizer import Tokenizer
+
+    vocab = Tokenizer.load(SHIPPED).src_vocab_size  # 6,042 since its placeholder pieces
+    model = Seq2Seq(tiny_config(vocab=vocab, pre_norm=True, max_positions=256))
     (tmp_path / "pre").mkdir()
     write_model_dir(
         model, tmp_path / "pre", SaveRequest(tokenizer_dir=SHIPPED, src_lang="en", tgt_lang="zh")

@@ -90,10 +90,9 @@ def _log_prob_gap(ours_model, theirs, src, mask, outputs) -> float:
 
 def test_what_marian_cannot_express_is_refused_in_one_line(tmp_path):
     """A pre-norm model (MarianMT has no final stack LayerNorm) is refused, and --out stays absent."""
+    from mtcli.data.tokenizer import Tokenizer
     from mtcli.model.transformer import Seq2Seq
     from mtcli.store.checkpoint import SaveRequest, write_model_dir
-
-    from mtcli.data.tokenizer import Tokenizer
 
     vocab = Tokenizer.load(SHIPPED).src_vocab_size  # 6,042 since its placeholder pieces
     model = Seq2Seq(tiny_config(vocab=vocab, pre_norm=True, max_positions=256))

@@ -117,6 +117,13 @@ def score(direction: str, rows: list[dict], done: dict) -> dict:
     }  # fmt: skip
 
 
+def _shown(model: str) -> str:
+    """A model's path as a result file records it: relative to the repository when inside it
+    (no path of this machine in a tracked file), else its folder's name."""
+    path = Path(model).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--en-zh", default=str(REPO / "models" / "en-zh-tiny"))
@@ -135,7 +142,7 @@ def main() -> None:
     if args.translate_only:
         Path(args.translate_only).write_text(json.dumps(done, ensure_ascii=False), encoding="utf-8")
         return
-    record = {d: {"model": models[d], **score(d, tables[d], done[d])} for d in models}
+    record = {d: {"model": _shown(models[d]), **score(d, tables[d], done[d])} for d in models}
     for direction, r in record.items():
         print(
             f"{direction}: {r['spans_kept']}/{r['lines']} lines keep every span, "

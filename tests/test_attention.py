@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from mtcli.cli import main
 from mtcli.cli.heatmap import Heatmap, fits, render, save_png
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID
-from mtcli.decoding.alignment import align_words, piece_words
+from mtcli.data.tokenizer import piece_words
+from mtcli.decoding.alignment import align_words
 from mtcli.decoding.search import beam_search, greedy
 from mtcli.errors import UserError
 from mtcli.model.kv_cache import AttentionRecord
@@ -149,7 +150,8 @@ def test_piece_words_and_alignment_by_hand():
     cross = torch.tensor(
         [[0.1, 0.8, 0.1, 0.0], [0.7, 0.2, 0.1, 0.0], [0.0, 0.0, 0.1, 0.9]]
     )  # T=2+EOS, S=3+EOS
-    assert align_words(cross, ["▁a", "▁b", "c"], ["▁x", "▁y"], tgt_has_spaces=True) == [
+    words = piece_words(["▁a", "▁b", "c"], by_space=True), piece_words(["▁x", "▁y"], by_space=True)
+    assert align_words(cross, *words) == [
         (1, 0),
         (0, 1),
     ]

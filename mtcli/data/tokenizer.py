@@ -375,3 +375,13 @@ def _load_processor(path: Path) -> spm.SentencePieceProcessor:
     except (OSError, RuntimeError) as e:
         raise UserError(f"{path}: not a sentencepiece model ({e})") from None
     return sp
+
+
+def piece_words(pieces: list[str], by_space: bool) -> list[int]:
+    """Word index of each piece: '▁' starts a word; without spaces every piece is a word."""
+    index, out = -1, []
+    for i, piece in enumerate(pieces):
+        if not by_space or piece.startswith("▁") or i == 0:
+            index += 1
+        out.append(index)
+    return out

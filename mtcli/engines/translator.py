@@ -14,7 +14,7 @@ import torch
 
 from mtcli.config import EOS_ID, PAD_ID, DecodeConfig
 from mtcli.data.batches import pad, padding_mask
-from mtcli.data.tokenizer import Tokenizer
+from mtcli.data.tokenizer import Tokenizer, piece_words
 from mtcli.decoding.alignment import align_words
 from mtcli.decoding.constraints import constrained_beam_search
 from mtcli.decoding.search import beam_search, greedy, sample
@@ -216,8 +216,8 @@ class Translator:
         attention = self._attention(src_ids, hyp)
         result.attention, result.pieces = attention, attention.target[:-1]
         result.alignment = align_words(
-            attention.cross_mean(), attention.source[:-1], attention.target[:-1],
-            tgt_has_spaces=" " in result.text,
+            attention.cross_mean(), piece_words(attention.source[:-1], by_space=True),
+            piece_words(attention.target[:-1], by_space=" " in result.text),
         )  # fmt: skip
 
     def _constrained(self, lines: list[str], encoded: list, results: list, keep) -> list:

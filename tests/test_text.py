@@ -283,6 +283,54 @@ def test_html_projects_inline_tags_through_the_alignment():
     assert text == "d <b>c b</b> a"
 
 
+def _attending(text: str, pieces: list[str], source: list[str], looks: dict[int, dict[int, float]]):
+    """A translation `text` of `pieces` whose cross-attention gives each target piece the
+    weights `looks[target piece]` over the source pieces (the rest near zero)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from mtcli.engines.result import AttentionMaps
+
+    cross = torch.full((len(pieces) + 1, len(source) + 1), 0.01)
+    for t, row in looks.items():
+        for s, w in row.items():
+            cross[t, s] = w
+    r = _result(text)
+    r.pieces = pieces
+    r.attention = AttentionMaps(source + ["</s>"], pieces + ["</s>"],
+                                SimpleNamespace(cross=[cross[None]]))  # fmt: skip
+    return r
+
+
+def test_html_aligns_an_unspaced_source_by_its_pieces_attention():
+    """Chinese is one word to a split on spaces: its pieces carry the alignment, so a tag
+    follows the word its piece is translated by even where the order changes (the
+    characters mapped in proportion would put it on "I")."""
+    source = ["▁我", "喜欢", "绿", "茶", "。"]
+    pieces = ["▁Tea", "▁green", "▁I", "▁like", "."]
+    looks = {0: {3: 0.9}, 1: {2: 0.9}, 2: {0: 0.9}, 3: {1: 0.9}, 4: {4: 0.9}}
+    r = _attending("Tea green I like.", pieces, source, looks)
+    assert (
+        translate_html("我喜欢<i>绿</i>茶。", lambda lines: [r], True) == "Tea <i>green</i> I like."
+    )
+
+
+def test_html_never_leaves_an_element_empty_when_it_encloses_words():
+    """ "b" is nobody's strongest link (y attends more to "a"): its tag still encloses the
+    target word that attends to it most, not an empty pair where it stood."""
+    looks = {0: {0: 0.9}, 1: {0: 0.6, 1: 0.4}, 2: {2: 0.9}}
+    r = _attending("x y z", ["▁x", "▁y", "▁z"], ["▁a", "▁b", "▁c"], looks)
+    assert translate_html("a <b>b</b> c", lambda lines: [r], True) == "x <b>y</b> z"
+
+
+def test_html_keeps_a_last_words_punctuation_outside_the_tag_unless_the_source_had_it():
+    source, pieces = ["▁我", "丢了", "钥匙", "。"], ["▁I", "▁lost", "▁key", "."]
+    r = _attending("I lost key.", pieces, source, {0: {0: 0.9}, 1: {1: 0.9}, 2: {2: 0.9}, 3: {3: 0.9}})  # fmt: skip
+    assert translate_html("我丢了<b>钥匙</b>。", lambda lines: [r], True) == "I lost <b>key</b>."
+    assert translate_html("我丢了<b>钥匙。</b>", lambda lines: [r], True) == "I lost <b>key.</b>"
+
+
 # ---------------------------------------------------------------- languages
 def test_lines_no_model_knows_pass_through_with_one_warning_each(tmp_path):
     lines = ["Где находится вокзал?", "Wo ist der Bahnhof, bitte?", "역이 어디에 있어요?",

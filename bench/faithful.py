@@ -13,7 +13,11 @@ tags, casing and two- or three-sentence lines, each with a reference written for
 - chrF of the span lines with the spans cut out of hypothesis and reference, chrF of the twins,
   and the gap (twins minus span lines): what a kept span costs the sentence around it;
 - time per line of span lines against their twins, translated one line at a time, interleaved
-  in one process, and how many sentences were decoded a second time under constraints.
+  in one process, and how many sentences were decoded a second time under constraints;
+- tags placed: on bench/faithful/tags-{en-zh,zh-en}.tsv (lines with inline tags, and what each
+  tag must enclose), how many tags enclose one of those translations, and how many come back
+  empty, for each of the two ways a tag can travel: as the placeholder pieces the model learned
+  (plain text) and projected through the cross-attention (`--html`).
 
 Writes bench/results/NAME.json.
 """
@@ -41,6 +45,16 @@ def read_table(direction: str) -> list[dict]:
         if line and not line.startswith("#"):
             kind, src, ref, twin, twin_ref = line.split("\t")
             rows.append(dict(kind=kind, src=src, ref=ref, twin=twin, twin_ref=twin_ref))
+    return rows
+
+
+def read_tag_table(direction: str) -> list[tuple[str, list[list[str]]]]:
+    """Each line with tags, and for each of its tags what it may enclose."""
+    rows = []
+    for line in (TABLES / f"tags-{direction}.tsv").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            src, *wants = line.split("\t")
+            rows.append((src, [w.split("|") for w in wants]))
     return rows
 
 
@@ -81,6 +95,32 @@ def translate_rows(model: str, rows: list[dict]) -> dict:
             out["hyps" if key == "src" else "twin_hyps"].append(text)
     out["decoded_again"] = getattr(translator, "decoded_again", None)
     return out
+
+
+def translate_tags(model: str, rows) -> dict:
+    """The tag lines translated as plain text (the learned pieces) and as HTML (projected)."""
+    from mtcli.config import DecodeConfig
+    from mtcli.engines.build import EngineOptions, build_translator
+
+    out = {}
+    for way, as_html in (("learned", False), ("projected", True)):
+        translator = build_translator([Path(model)], DecodeConfig(), EngineOptions(html=as_html))
+        out[way] = [r.text for r in translator.translate_chunk([src for src, _ in rows])]
+    return out
+
+
+def tags_placed(rows, hyps: list[str]) -> dict:
+    """How many tags enclose one of their accepted translations, and how many are empty."""
+    placed = empty = total = 0
+    for (_, wants), hyp in zip(rows, hyps, strict=True):
+        inner = [m.group(2) for m in re.finditer(r"<([A-Za-z]+)[^<>]*>(.*?)</\1>", hyp)]
+        inner += [""] * (len(wants) - len(inner))  # a tag lost counts as not placed
+        for text, accepted in zip(inner, wants, strict=False):
+            bare = re.sub(r"<[^<>]*>", "", text).strip(" ，。,.!?！？").lower()
+            placed += bare in {a.lower() for a in accepted}
+            empty += not bare
+            total += 1
+    return {"tags": total, "placed": placed, "empty": empty}
 
 
 def score(direction: str, rows: list[dict], done: dict) -> dict:
@@ -139,10 +179,17 @@ def main() -> None:
         done = json.loads(Path(args.translations).read_text(encoding="utf-8"))
     else:
         done = {d: translate_rows(models[d], tables[d]) for d in models}
+        for d in models:
+            done[d]["tag_hyps"] = translate_tags(models[d], read_tag_table(d))
     if args.translate_only:
         Path(args.translate_only).write_text(json.dumps(done, ensure_ascii=False), encoding="utf-8")
         return
     record = {d: {"model": _shown(models[d]), **score(d, tables[d], done[d])} for d in models}
+    for d in models:
+        tag_rows = read_tag_table(d)
+        hyps = done[d].get("tag_hyps", {})
+        record[d]["tags"] = {way: {**tags_placed(tag_rows, h), "translations": h}
+                             for way, h in hyps.items()}  # fmt: skip
     for direction, r in record.items():
         print(
             f"{direction}: {r['spans_kept']}/{r['lines']} lines keep every span, "
@@ -150,6 +197,8 @@ def main() -> None:
             f"{r['chrf_span_lines_cut']:.2f}, twins {r['chrf_twins']:.2f}, gap {r['gap']:+.2f}; "
             f"time {r['time_ratio']:.2f}x the twins', {r['decoded_again']} sentences decoded again"
         )
+        for way, t in r["tags"].items():
+            print(f"  tags {way}: {t['placed']}/{t['tags']} placed, {t['empty']} empty")
     print(f"wrote {write_result(args.name, record)}")
 
 

@@ -173,6 +173,16 @@ def test_shared_spans_become_their_kind_and_casing_needs_a_cased_source():
     assert ends(0, 0, "I like tea.", "我喜欢茶。") == ("I like tea", "我喜欢茶")
 
 
+def test_links_to_a_stripped_end_punctuation_are_left_out():
+    # eflomal may link a word to the final 。 that RemoveEndPunct takes away: the pipeline once
+    # looked that word up past the end of the shortened target (IndexError in `mtcli distill`)
+    links = [(0, 0), (1, 1), (1, 2), (2, 3), (2, 4)]  # tea: 茶 and the 。 after it
+    aug = Augmenter(Rates(placeholders=1.0, tags=1.0, end_punct=1.0), [links], "en", "zh", seed=1)
+    for epoch in range(30):
+        src, tgt = aug(0, epoch, "I like tea.", "我喜欢茶。")
+        assert _pieces(src) == _pieces(tgt) and not src.endswith(".") and not tgt.endswith("。")
+
+
 # ---------------------------------------------------------------- spans users have
 @pytest.mark.parametrize(
     "line, language, found",

@@ -76,13 +76,15 @@ class Augmenter:
     def __call__(self, i: int, epoch: int, src: str, tgt: str) -> tuple[str, str]:
         rng = random.Random(f"{self.seed}:{epoch}:{i}")
         rates = self.rates
+        links = self.links[i]
         if rng.random() < rates.end_punct:
             src, tgt = _without_end_punct(src, tgt)
+            links = _within(links, src, tgt)
         edits: list[_Edit] = []
         if rng.random() < rates.placeholders:
-            edits += self._placeholders(src, tgt, self.links[i], rng)
+            edits += self._placeholders(src, tgt, links, rng)
         if rng.random() < rates.tags:
-            edits += self._tags(src, tgt, self.links[i], edits, rng)
+            edits += self._tags(src, tgt, links, edits, rng)
         src, tgt = _apply(src, tgt, edits)
         if rng.random() < rates.casing and self.cased_source:
             src, tgt = _recased(src, tgt, upper=rng.random() < 0.5)
@@ -257,6 +259,13 @@ def _without_end_punct(src: str, tgt: str) -> tuple[str, str]:
     if src[-1:] in END_PUNCT and tgt[-1:] in END_PUNCT:
         return src.rstrip(END_PUNCT).rstrip(), tgt.rstrip(END_PUNCT).rstrip()
     return src, tgt
+
+
+def _within(links: Links, src: str, tgt: str) -> Links:
+    """The links between words both sides still have: stripping the final punctuation takes
+    the last words away, and eflomal may have linked a kept word to one of them."""
+    n_src, n_tgt = len(words(src)), len(words(tgt))
+    return [(a, b) for a, b in links if a < n_src and b < n_tgt]
 
 
 def _recased(src: str, tgt: str, upper: bool) -> tuple[str, str]:

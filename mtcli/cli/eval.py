@@ -12,6 +12,7 @@ from mtcli.cli.console import console, warn
 from mtcli.cli.options import build_decode_config, decode_options
 from mtcli.data.textio import read_lines
 from mtcli.engines.build import EngineOptions, build_translator, model_for_text
+from mtcli.engines.calibration import WEIGHTS_FILE
 from mtcli.engines.routing import stream
 from mtcli.store.registry import describe
 from mtcli.training.metrics import (
@@ -31,19 +32,32 @@ def _read(path: str) -> list[str]:
     return list(read_lines(path))
 
 
-def _systems(src, hyps, model, device: str, threads: int, decode: dict) -> tuple[list, str | None]:
+def _systems(
+    src, hyps, model, device: str, threads: int, decode: dict
+) -> tuple[list, str | None, dict]:
     """(name, lines) of each system to score: the --hyp files, or --src translated by the model
-    (also returning the model's target language)."""
+    (also returning the model's target language, and its translations' mean confidence and
+    share flagged where the model has fitted weights)."""
     if not src:
-        return [("stdin" if h == "-" else h, _read(h)) for h in hyps], None
+        return [("stdin" if h == "-" else h, _read(h)) for h in hyps], None, {}
     cfg = build_decode_config(**decode)
     sources = _read(src)
     model_dir = model_for_text(model, sources[:200])
-    options = EngineOptions(device=device, threads=threads, warn=warn)
+    judged = (model_dir / WEIGHTS_FILE).is_file()  # the model's own confidence, beside BLEU
+    options = EngineOptions(device=device, threads=threads, warn=warn, confidence=judged)
     translator = build_translator([model_dir], cfg, options)
-    out = [t.text for t in stream(translator.translate_chunk, sources, cfg.chunk_lines)]
-    info = describe(model_dir)
-    return [(model or model_dir.name, out)], info.tgt_lang if info else None
+    done = list(stream(translator.translate_chunk, sources, cfg.chunk_lines))
+    info, name = describe(model_dir), model or model_dir.name
+    return [(name, [t.text for t in done])], info.tgt_lang if info else None, {name: _judged(done)}
+
+
+def _judged(done: list) -> dict | None:
+    """The mean confidence of translated lines and the share of them flagged."""
+    values = [t.confidence for t in done if t.confidence is not None]
+    if not values:
+        return None
+    flagged = sum(t.flagged for t in done if t.confidence is not None)
+    return {"mean": round(sum(values) / len(values), 4), "flagged": round(flagged / len(values), 4)}
 
 
 def _scores(systems, ref_lines, opts, with_confidence: bool, bootstrap: int) -> dict:
@@ -57,8 +71,10 @@ def _scores(systems, ref_lines, opts, with_confidence: bool, bootstrap: int) -> 
     return {name: score_system(lines, ref_lines, opts)}
 
 
-def _print(results: dict, n_lines: int, tokenize: str, as_json: bool) -> None:
-    """A table and the signatures, or one JSON object, on stdout."""
+def _print(results: dict, n_lines: int, tokenize: str, as_json: bool, judged: dict) -> None:
+    """A table and the signatures, or one JSON object, on stdout; the model's mean confidence
+    beside its scores where it has one."""
+    judged = {name: j for name, j in judged.items() if j}
     if as_json:
         record = {
             "segments": n_lines,
@@ -68,20 +84,24 @@ def _print(results: dict, n_lines: int, tokenize: str, as_json: bool) -> None:
                 for name, scores in results.items()
             },
         }
+        for name, j in judged.items():
+            record["systems"][name]["confidence"] = j
         click.echo(json.dumps(record, ensure_ascii=False))
         return
     out = Console(highlight=False, soft_wrap=True)
-    out.print(_table(results, n_lines))
+    out.print(_table(results, n_lines, judged))
     for s in next(iter(results.values())):  # signatures in full, one per line, never wrapped
         out.print(f"{s.name}: {s.signature}")
 
 
-def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
+def _table(results: dict[str, list[Score]], n_lines: int, judged: dict) -> Table:
     table = Table(title=f"{n_lines} segments", title_justify="left")
     table.add_column("system")
     first = next(iter(results.values()))
     for s in first:
         table.add_column(s.name, justify="right")
+    if judged:
+        table.add_column("confidence (flagged)", justify="right")
     for name, scores in results.items():
         cells = []
         for s in scores:
@@ -91,6 +111,9 @@ def _table(results: dict[str, list[Score]], n_lines: int) -> Table:
             if s.p_value is not None:
                 cell += f" (p={s.p_value:.4f}{'*' if s.p_value < 0.05 else ''})"
             cells.append(cell)
+        if judged:
+            j = judged.get(name)
+            cells.append(f"{j['mean']:.2f} ({j['flagged']:.0%})" if j else "")
         table.add_row(name, *cells)
     return table
 
@@ -160,7 +183,7 @@ def eval_command(
     if src:
         build_decode_config(**decode)  # a bad decoding flag is one line before any file is read
     ref_lines = [_read(r) for r in refs]
-    systems, model_lang = _systems(src, hyps, model, device, threads, decode)
+    systems, model_lang, judged = _systems(src, hyps, model, device, threads, decode)
     for name, lines in systems:
         check_lengths(lines, ref_lines, name, list(refs))
     choice = choose_bleu_tokenizer(
@@ -172,6 +195,6 @@ def eval_command(
         check_tokenizer_installed(choice.tokenize)
     opts = MetricOptions(tokenize or choice.tokenize, chrf_word_order, tuple(names))
     results = _scores(systems, ref_lines, opts, with_confidence, bootstrap)
-    _print(results, len(ref_lines[0]), opts.tokenize, as_json)
+    _print(results, len(ref_lines[0]), opts.tokenize, as_json, judged)
     if not tokenize and "bleu" in names:  # after the scores: stdout may be gone, and says so
         console.print(choice.line(), soft_wrap=True, markup=False)

@@ -55,6 +55,9 @@ class EngineOptions:
     # model's own view of the exact input is wanted (attention maps, validation)
     text_layer: bool = True
     html: bool = False  # each line an HTML document: tags kept around the aligned words
+    # a calibrated confidence for each line (engines/confidence.py): two more forced passes,
+    # the model's and its reverse's, about 40% of a beam-5 decode, so asked for, not by default
+    confidence: bool = False
 
 
 def build_translator(
@@ -132,7 +135,24 @@ def _own_translator(
         warn=options.warn, html=options.html,
         language_check=_language_check(models[0], first.src_lang, options) if chosen else None,
         placeholders=[p for p in first.placeholders if all(p in m.placeholders for m in loaded)],
+        confidence=_confidence(first, device, options),
     )  # fmt: skip
+
+
+def _confidence(loaded, device, options: EngineOptions):
+    """The confidence estimator of a model, when asked for; a model without fitted weights or
+    without a reverse model installed says so once and translates without."""
+    if not options.confidence:
+        return None
+    from mtcli.engines.confidence import estimator_for
+
+    estimator = estimator_for(loaded, device, options.quantize)
+    if estimator is None:
+        options.warn(
+            f"{Path(loaded.path).name}: no confidence (it needs fitted weights, confidence.json, "
+            f"and an installed {loaded.tgt_lang or '?'}->{loaded.src_lang or '?'} model)"
+        )
+    return estimator
 
 
 def ready_to_decode(loaded, quantize: str = ""):
@@ -180,6 +200,7 @@ CT2_CANNOT = {  # what CTranslate2's engine cannot do, as the user asked for it
     "--align": lambda models, o: o.align,
     "--html (it gives no word alignments)": lambda models, o: o.html,
     "an ensemble (-m twice)": lambda models, o: len(models) > 1,
+    "--confidence (it gives no forced scores)": lambda models, o: o.confidence,
 }
 
 

@@ -47,6 +47,13 @@ class Translation:
     wrong_language: dict | None = None
     # numbers the translation writes that its source holds nowhere (text/spans.py): flagged
     invented_numbers: list[str] | None = None
+    # with confidence on (engines/confidence.py): the estimated probability that the line is a
+    # good translation (its least sure sentence's), each sentence's, and whether it is flagged
+    # as unreliable (below the model's threshold, or a number or span known to be wrong)
+    confidence: float | None = None
+    sentence_confidences: list[float] | None = None
+    flagged: bool = False
+    kept_source: bool = False  # written as its source: less sure than --min-confidence
 
 
 def translation_record(t: Translation, *, alignment: bool = True, attention: bool = False) -> dict:
@@ -60,6 +67,12 @@ def translation_record(t: Translation, *, alignment: bool = True, attention: boo
         record["wrong_language"] = t.wrong_language
     if t.invented_numbers:  # a number the source does not hold: read it with care
         record["invented_numbers"] = t.invented_numbers
+    if t.confidence is not None:  # asked for, and the model has fitted weights
+        record["confidence"], record["flagged"] = round(t.confidence, 4), t.flagged
+        if t.kept_source:
+            record["kept_source"] = True
+        if t.sentence_confidences and len(t.sentence_confidences) > 1:
+            record["sentence_confidences"] = [round(c, 4) for c in t.sentence_confidences]
     if t.trace is not None:
         record["trace"] = t.trace
     if alignment and t.alignment is not None:

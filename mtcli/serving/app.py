@@ -108,6 +108,7 @@ class Service:
         decode: DecodeConfig,
         align: bool = False,
         html: bool = False,
+        confidence: bool = False,
     ) -> list[Routed]:
         """Lines -> (Translation, the Served that made it or None) each, through the queue.
 
@@ -125,7 +126,9 @@ class Service:
         jobs: list[tuple[Job, list[int], Served]] = []
         try:
             for (served, rows), n in zip(work, tokens, strict=True):
-                job = self._submit(served, [lines[i] for i in rows], n, decode, (align, html))
+                job = self._submit(
+                    served, [lines[i] for i in rows], n, decode, (align, html, confidence)
+                )
                 jobs.append((job, rows, served))
         except ApiError:
             for job, _, _ in jobs:  # the request fails whole: its queued lines are not decoded
@@ -163,7 +166,10 @@ class Service:
                 400, f"alternatives {req.alternatives}: at most {cap - 1} here (--max-beam)"
             )
         decode = request_decode(self.cfg, nbest=req.alternatives + 1)
-        results = await self.translate(state, req.lines, pick, decode, html=req.html)
+        # a confidence in every reply: an extra field, which LibreTranslate's clients ignore
+        results = await self.translate(
+            state, req.lines, pick, decode, html=req.html, confidence=True
+        )
         out, start = [], 0
         for lines in req.items:
             out.append(_libre_answer(results[start : start + len(lines)], req))
@@ -171,7 +177,7 @@ class Service:
         if req.one:
             return out[0]
         merged = {"translatedText": [a["translatedText"] for a in out]}
-        for key in ("alternatives", "detectedLanguage"):
+        for key in ("alternatives", "detectedLanguage", "confidence"):
             if out and key in out[0]:
                 merged[key] = [a[key] for a in out]
         return merged
@@ -183,7 +189,9 @@ class Service:
             check_text(name, getattr(req, name))
         self.models.check_ready()
         pick = self.models.picker(req.source, req.target, req.model)
-        results = await self.translate(state, req.lines, pick, decode, req.align or req.attention)
+        results = await self.translate(
+            state, req.lines, pick, decode, req.align or req.attention, confidence=req.confidence
+        )
         return {"translations": [_v1_record(t, s, req) for t, s in results]}
 
 
@@ -192,6 +200,9 @@ def _libre_answer(part: list[Routed], req: LibreRequest) -> dict:
     answer: dict = {"translatedText": "\n".join(r.text for r, _ in part)}
     if req.alternatives:
         answer["alternatives"] = [t for t, _ in part[0][0].nbest[1:]] if len(part) == 1 else []
+    judged = [r.confidence for r, _ in part if r.confidence is not None]
+    if judged:  # the least sure line's (models without fitted weights give none)
+        answer["confidence"] = round(min(judged), 4)
     if req.source == "auto":
         top, confidence = detect("\n".join(r.source for r, _ in part))
         answer["detectedLanguage"] = {"confidence": confidence, "language": top or "en"}

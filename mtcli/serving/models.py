@@ -89,8 +89,10 @@ class Models:
     def translate(self, key: tuple, lines: list[str]) -> list[Translation]:
         """Decode `lines` with the translator `key` names (called by the batch worker)."""
         if key not in self._translators:
-            name, settings, align, html = key
+            name, settings, align, html, confidence = key
             extra = {"html": True} if html else {}  # HTML documents: tags kept (text/markup.py)
+            if confidence:  # a calibrated confidence per line (engines/confidence.py)
+                extra["confidence"] = True
             make = self.by_name(name).make_translator
             self._translators[key] = make(DecodeConfig(*settings), align, **extra)
             while len(self._translators) > KEPT_TRANSLATORS:
@@ -121,8 +123,9 @@ class Models:
 def mtcli_served(name: str, loaded, device) -> Served:
     """A model of mtcli's own, decoded by its Translator."""
 
-    def make(cfg: DecodeConfig, align: bool, html: bool = False):
-        return build_translator([loaded], cfg, EngineOptions(device=device, align=align, html=html))
+    def make(cfg: DecodeConfig, align: bool, html: bool = False, confidence: bool = False):
+        options = EngineOptions(device=device, align=align, html=html, confidence=confidence)
+        return build_translator([loaded], cfg, options)
 
     return Served(
         name,
@@ -139,7 +142,8 @@ def ct2_served(path: Path, threads: int, device: str = "auto") -> Served:
     options = EngineOptions(engine="ctranslate2", threads=threads, device=device)
     loaded = build_translator([path], DecodeConfig(), replace(options, text_layer=False))
 
-    def make(cfg: DecodeConfig, align: bool, html: bool = False):
+    def make(cfg: DecodeConfig, align: bool, html: bool = False, confidence: bool = False):
+        # no confidence here: CTranslate2 gives no forced scores (its replies have none)
         if align or html:
             raise ApiError(
                 400,

@@ -46,6 +46,10 @@ class V1Request(BaseModel):
     )
     align: bool = Field(False, description="Word alignments from cross-attention.")
     attention: bool = Field(False, description="The cross-attention matrix of each translation.")
+    confidence: bool = Field(
+        False,
+        description="A calibrated confidence for each line, and whether it is flagged as unreliable.",
+    )
     api_key: str | None = None
 
 
@@ -68,6 +72,10 @@ class V1Translation(BaseModel):
     nbest: list[V1Hypothesis]
     alignment: list[list[int]] | None = None
     attention: V1Attention | None = None
+    confidence: float | None = Field(
+        None, description="With confidence: the probability it is good."
+    )
+    flagged: bool | None = Field(None, description="With confidence: below the model's threshold.")
 
 
 class V1Response(BaseModel):

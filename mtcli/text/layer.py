@@ -43,6 +43,7 @@ class Segment:
     keep: list[str] = field(default_factory=list)  # strings the translation must contain
     stand_ins: dict[str, str] = field(default_factory=dict)  # stand-in -> the span it holds
     pieces: dict[str, str] = field(default_factory=dict)  # placeholder piece -> what it holds
+    lost: bool = False  # its translation is empty, or lost a span: known to be wrong
 
 
 class TextLayer:
@@ -65,6 +66,7 @@ class TextLayer:
         html: bool = False,
         language_check: LanguageCheck | None = None,
         placeholders: list[str] | tuple[str, ...] = (),
+        confidence=None,
     ):
         self.inner, self.src_lang, self.tgt_lang = inner, src_lang, tgt_lang
         # a model chosen by hand: lines in another language than its source are flagged
@@ -75,6 +77,9 @@ class TextLayer:
         # the placeholder pieces the model was trained to carry (none: stand-ins do their work)
         self.placeholders = set(placeholders)
         self.decoded_again = 0  # sentences decoded a second time under constraints (a measure)
+        # (sentences as the model read them, its outputs) -> confidences in [0, 1], with the
+        # `threshold` under which a line is flagged (engines/confidence.py); None: not asked
+        self.confidence = confidence
 
     def translate_chunk(self, lines: list[str], prefixes: list[str | None] | None = None) -> list:
         html = self.html
@@ -96,11 +101,13 @@ class TextLayer:
 
         text = translate_html(line, translate, spaced, self._keep_word)
         score = sum(r.score for r in done) / len(done) if done else 0.0
+        judged = [r.confidence for r in done if r.confidence is not None]
         base = done[0] if done else self.inner.translate_chunk([""])[0]  # an empty line's result
         return replace(
             base, source=line, text=text, score=score, nbest=[(text, score)],
             truncated=any(r.truncated for r in done), alignment=None, attention=None,
-            trace=None, pieces=None,
+            trace=None, pieces=None, confidence=min(judged) if judged else None,
+            sentence_confidences=None, flagged=any(r.flagged for r in done),
         )  # fmt: skip
 
     def _keep_word(self, n: int, text: str) -> str:
@@ -122,13 +129,36 @@ class TextLayer:
             ]
         results = self.inner.translate_chunk([s.text for s in segments], wanted)
         self._keep_spans(segments, results, wanted)
+        self._estimate(segments, results)
         parts: list[list] = [[] for _ in lines]
         for i, result in zip(owner, results, strict=True):
             parts[i].append(result)
-        return [
-            self._flagged(self._rebuild(line, plans[i], parts[i]), plans[i])
-            for i, line in enumerate(lines)
-        ]
+        return [self._line(line, plans[i], parts[i]) for i, line in enumerate(lines)]
+
+    def _line(self, line: str, segments: list[Segment], parts: list):
+        """A line's result from its sentences': rebuilt, its numbers checked, its confidence."""
+        sentences = [p.confidence for p in parts if p.confidence is not None]
+        result = self._flagged(self._rebuild(line, segments, parts), segments)
+        if self.confidence is None or result.passthrough:
+            return result
+        confidence = min(sentences, default=1.0)  # a blank line: nothing to doubt
+        if result.invented_numbers or any(seg.lost for seg in segments):
+            confidence = min(confidence, self.confidence.threshold / 2)  # known wrong: flagged
+        return replace(
+            result, confidence=confidence, sentence_confidences=sentences,
+            flagged=confidence < self.confidence.threshold,
+        )  # fmt: skip
+
+    def _estimate(self, segments: list[Segment], results: list) -> None:
+        """Each sentence's confidence, from what the model read and wrote (one batched call)."""
+        if self.confidence is None:
+            return
+        scored = [j for j, seg in enumerate(segments) if seg.text.strip()]
+        values = self.confidence(
+            [segments[j].text for j in scored], [results[j].text for j in scored]
+        )
+        for j, value in zip(scored, values, strict=True):
+            results[j].confidence = value
 
     def _flagged(self, result, segments: list[Segment]):
         """`result`, marked and named on stderr when it writes a number its source has not (a
@@ -225,6 +255,7 @@ class TextLayer:
         a span still missing is named in a warning."""
         text = restyle(text, segment.casing, self.tgt_lang)
         if not quiet and segment.text.strip() and not text.strip():
+            segment.lost = True
             self.warn(f"the translation of {segment.text!r} is empty: the sentence is lost")
         if not quiet and (empty := empty_tags(text)):
             self.warn(f"the translation of {segment.text!r} left {', '.join(empty)} empty")
@@ -233,6 +264,7 @@ class TextLayer:
             text = text.replace(word, span)
         wanted = [segment.stand_ins.get(k, segment.pieces.get(k, k)) for k in segment.keep]
         if not quiet and (lost := lost_spans(text, wanted)):
+            segment.lost = True
             self.warn(f"the translation of {segment.text!r} lost {', '.join(lost)}")
         return text
 

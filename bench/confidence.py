@@ -1,0 +1,283 @@
+"""Fit the confidence of each shipped model on held-out data, and measure it on other data.
+
+    python bench/confidence.py [--data data/tatoeba] [--fit] [--name confidence]
+
+Needs `mtcli data prepare tatoeba-en-zh --out data/tatoeba`. Per direction (en-zh-tiny, with
+zh-en-tiny as its reverse, and the other way round):
+
+The data recipe. Fitted on the *valid* split (1,000 pairs, never trained on): the model's own
+translations (beam 5), labelled good where their sentence chrF (sacrebleu) is 50 or more, and
+corruptions of the good ones, labelled bad: a dropped sentence (the source gets another line's
+sentence after it, the output stays), a changed number, another line's translation, a truncated
+output, a repeated phrase. Judged on the *test* split (2,000 pairs) and its own corruptions
+(another seed), and on lines written far from the training data (bench/confidence/far-*.txt).
+
+With --fit, writes models/NAME/confidence.json (the weights, the threshold, what they were fitted
+on); always writes bench/results/NAME.json: AUC of chrF >= 50 against chrF <= 20, Spearman with
+sentence chrF, the share of good test translations flagged, of each corruption flagged, of the
+far lines flagged, a reliability table, and ten examples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import REPO, read_lines, write_result  # noqa: E402
+
+GOOD, BAD = 50.0, 20.0  # sentence chrF of a good translation, and of a bad one
+GOOD_FLAGGED = 0.10  # the threshold flags this share of the valid split's good translations
+DIRECTIONS = {"en-zh": ("en-zh-tiny", "zh-en-tiny"), "zh-en": ("zh-en-tiny", "en-zh-tiny")}
+KINDS = ("dropped_sentence", "changed_number", "other_line", "truncated", "repeated_phrase")
+NUMBER_WORDS = {
+    "en": ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"],
+    "zh": ["一", "二", "三", "四", "五", "六", "七", "八", "九", "十", "两"],
+}
+
+
+def split(data: Path, part: str, direction: str) -> tuple[list[str], list[str]]:
+    """Sources and references of one split, read the direction's way."""
+    en, zh = read_lines(data / f"{part}.src"), read_lines(data / f"{part}.tgt")
+    return (en, zh) if direction == "en-zh" else (zh, en)
+
+
+def translate(model: Path, lines: list[str], beam: int = 5) -> list[str]:
+    from mtcli.config import DecodeConfig
+    from mtcli.engines.build import EngineOptions, build_translator
+
+    translator = build_translator(
+        [model], DecodeConfig(beam_size=beam), EngineOptions(device="cpu")
+    )
+    return [t.text for t in translator.translate_chunk(lines)]
+
+
+def sentence_chrf(hyps: list[str], refs: list[str]) -> np.ndarray:
+    from sacrebleu.metrics import CHRF
+
+    chrf = CHRF()
+    return np.array([chrf.sentence_score(h, [r]).score for h, r in zip(hyps, refs, strict=True)])
+
+
+# ---------------------------------------------------------------- corruptions
+def corrupt(
+    kind: str, i: int, sources: list[str], outputs: list[str], lang: str, rng: random.Random
+):
+    """(source, output) of pair i corrupted by `kind`, or None where it does not apply."""
+    src, out = sources[i], outputs[i]
+    joiner = "" if lang == "zh" else " "
+    if kind == "dropped_sentence":
+        other = sources[rng.randrange(len(sources))]
+        return src + ("" if lang == "en" else " ") + other, out  # a Chinese source: no space
+    if kind == "changed_number":
+        changed = _changed_number(out, lang, rng)
+        return (src, changed) if changed else None
+    if kind == "other_line":
+        j = rng.randrange(len(outputs))
+        return (src, outputs[j]) if outputs[j] != out else None
+    units = list(out) if lang == "zh" else out.split()
+    if len(units) < 3:
+        return None
+    if kind == "truncated":
+        return src, joiner.join(units[: max(1, len(units) // 2)])
+    start = rng.randrange(len(units) - 1)  # repeated_phrase: two units said four times
+    phrase = units[start : start + 2]
+    return src, joiner.join(units[:start] + phrase * 4 + units[start + 2 :])
+
+
+def _changed_number(text: str, lang: str, rng: random.Random) -> str | None:
+    """`text` with one number changed: a digit, or a number word of the target language."""
+    digits = [m for m in re.finditer(r"\d", text)]
+    if digits:
+        m = rng.choice(digits)
+        new = str((int(m.group()) + rng.randrange(1, 9)) % 10)
+        return text[: m.start()] + new + text[m.end() :]
+    words = NUMBER_WORDS[lang]
+    pattern = "|".join(words) if lang == "zh" else r"\b(" + "|".join(words) + r")\b"
+    found = list(re.finditer(pattern, text, flags=re.IGNORECASE))
+    if not found:
+        return None
+    m = rng.choice(found)
+    new = rng.choice([w for w in words if w != m.group().lower()])
+    return text[: m.start()] + new + text[m.end() :]
+
+
+def corruptions(
+    sources, outputs, good: np.ndarray, lang: str, seed: int
+) -> list[tuple[str, str, str]]:
+    """(kind, source, output) for each kind over the good pairs (a fifth of them each)."""
+    rng = random.Random(seed)
+    chosen = [i for i in range(len(sources)) if good[i]]
+    made = []
+    for kind in KINDS:
+        for i in rng.sample(chosen, min(len(chosen), max(40, len(chosen) // 5))):
+            if (pair := corrupt(kind, i, sources, outputs, lang, rng)) is not None:
+                made.append((kind, *pair))
+    return made
+
+
+# ---------------------------------------------------------------- signals, fit, measures
+def estimator(direction: str, calibration=None):
+    from mtcli.engines.build import ready_to_decode
+    from mtcli.engines.calibration import Calibration
+    from mtcli.engines.confidence import SIGNALS, ConfidenceEstimator, Direction
+    from mtcli.store.checkpoint import load_model
+
+    forward, reverse = (
+        ready_to_decode(load_model(REPO / "models" / name)) for name in DIRECTIONS[direction]
+    )
+    n = len(SIGNALS)
+    calibration = calibration or Calibration(list(SIGNALS), [0.0] * n, [1.0] * n, [0.0] * n, 0.0)
+    src, tgt = direction.split("-")
+    return ConfidenceEstimator(
+        Direction(forward.model, forward.tokenizer), Direction(reverse.model, reverse.tokenizer),
+        calibration, src, tgt, "cpu",
+    )  # fmt: skip
+
+
+def fit(direction: str, sources, outputs, chrf, bad_pairs):
+    """The Calibration fitted on the valid split's translations and corruptions."""
+    from mtcli.engines.calibration import fitted
+
+    est = estimator(direction)
+    good = chrf >= GOOD
+    kept = np.flatnonzero(good)
+    ratios = est.raw_signals([sources[i] for i in kept], [outputs[i] for i in kept])[
+        "log_length_ratio"
+    ]
+    mu = float(np.median(ratios))  # the typical length ratio of a good translation
+    est.calibration.constants = {"log_length_ratio": mu}
+    corrupted = est.signals([s for _, s, _ in bad_pairs], [o for _, _, o in bad_pairs])
+    x = np.vstack([est.signals(sources, outputs), corrupted])
+    y = np.concatenate([good.astype(float), np.zeros(len(bad_pairs))])
+    calibration = fitted(list(est.calibration.signals), x, y)
+    calibration.constants = {"log_length_ratio": mu}
+    natural = calibration.confidence(x[: len(sources)])
+    calibration.threshold = round(float(np.quantile(natural[good], GOOD_FLAGGED)), 4)
+    calibration.fitted_on = {
+        "data": "valid split of tatoeba-en-zh (bench/confidence.py)", "translations": len(sources),
+        "good (chrF >= 50)": int(good.sum()), "corruptions": len(bad_pairs),
+        "threshold": f"flags {GOOD_FLAGGED:.0%} of the good valid translations",
+    }  # fmt: skip
+    return calibration
+
+
+def measure(
+    direction: str, calibration, sources, outputs, refs, bad_pairs, far_sources, far_outputs
+) -> dict:
+    from mtcli.engines.calibration import roc_auc, spearman
+
+    est = estimator(direction, calibration)
+    chrf = sentence_chrf(outputs, refs)
+    conf = np.asarray(est(sources, outputs))
+    flagged = conf < calibration.threshold
+    good, bad = chrf >= GOOD, chrf <= BAD
+    ranked = good | bad
+    bad_conf = np.asarray(est([s for _, s, _ in bad_pairs], [o for _, _, o in bad_pairs]))
+    far = np.asarray(est(far_sources, far_outputs))
+    kinds = np.array([k for k, _, _ in bad_pairs])
+    by_kind = {
+        kind: round(float((bad_conf[kinds == kind] < calibration.threshold).mean()), 3)
+        for kind in KINDS
+    }
+    flagged_bad = flagged[bad].sum() + (bad_conf < calibration.threshold).sum()
+    return {
+        "lines": len(sources), "good": int(good.sum()), "bad": int(bad.sum()),
+        "auc_good_vs_bad": round(roc_auc(conf[ranked], good[ranked]), 4),
+        "spearman_with_chrf": round(spearman(conf, chrf), 4),
+        "good_flagged": round(float(flagged[good].mean()), 4),
+        "all_flagged": round(float(flagged.mean()), 4),
+        "corrupted": len(bad_pairs), "corrupted_flagged": round(float((bad_conf < calibration.threshold).mean()), 4),
+        "corrupted_flagged_by_kind": by_kind,
+        "far_lines": len(far), "far_flagged": round(float((far < calibration.threshold).mean()), 4),
+        # of all flagged (test lines and corruptions), the share that is bad; of all bad, the share flagged
+        "precision": round(float(flagged_bad / (flagged.sum() + (bad_conf < calibration.threshold).sum())), 4),
+        "recall": round(float(flagged_bad / (bad.sum() + len(bad_pairs))), 4),
+        "reliability": reliability(conf, good),
+        "examples": examples(sources, outputs, conf, chrf, far_sources, far_outputs, far, calibration.threshold),
+    }  # fmt: skip
+
+
+def reliability(conf: np.ndarray, good: np.ndarray) -> list[dict]:
+    """Per confidence band: its lines, their mean confidence and the share of them that is good."""
+    rows = []
+    for lo in np.arange(0, 1, 0.2):
+        inside = (conf >= lo) & (conf < lo + 0.2 + (1e-9 if lo >= 0.8 else 0))
+        if inside.any():
+            rows.append({"band": f"{lo:.1f}-{lo + 0.2:.1f}", "lines": int(inside.sum()),
+                         "mean_confidence": round(float(conf[inside].mean()), 3),
+                         "share_good": round(float(good[inside].mean()), 3)})  # fmt: skip
+    return rows
+
+
+def examples(sources, outputs, conf, chrf, far_sources, far_outputs, far, threshold) -> list[dict]:
+    """Ten lines: the three most and least confident test lines, two in between, two far ones."""
+    order = np.argsort(conf)
+    picks = [*order[:3], *order[len(order) // 2 : len(order) // 2 + 2], *order[-3:]]
+    rows = [{"source": sources[i], "translation": outputs[i], "confidence": round(float(conf[i]), 3),
+             "flagged": bool(conf[i] < threshold), "chrF": round(float(chrf[i]), 1)} for i in picks]  # fmt: skip
+    rows += [{"source": far_sources[i], "translation": far_outputs[i], "confidence": round(float(far[i]), 3),
+              "flagged": bool(far[i] < threshold), "chrF": None} for i in range(2)]  # fmt: skip
+    return rows
+
+
+def run_direction(direction: str, data: Path, refit: bool) -> dict:
+    from mtcli.engines.calibration import Calibration
+
+    src_lang, tgt_lang = direction.split("-")
+    model = REPO / "models" / DIRECTIONS[direction][0]
+    if refit:
+        sources, refs = split(data, "valid", direction)
+        outputs = translate(model, sources)
+        chrf = sentence_chrf(outputs, refs)
+        calibration = fit(
+            direction,
+            sources,
+            outputs,
+            chrf,
+            corruptions(sources, outputs, chrf >= GOOD, tgt_lang, 1),
+        )
+        print(f"{direction}: wrote {calibration.save(model)}")
+    calibration = Calibration.load(model)
+    sources, refs = split(data, "test", direction)
+    outputs = translate(model, sources)
+    bad_pairs = corruptions(sources, outputs, sentence_chrf(outputs, refs) >= GOOD, tgt_lang, 2)
+    far_file = REPO / "bench" / "confidence" / f"far-{src_lang}.txt"
+    far_sources = [x for x in read_lines(far_file) if not x.startswith("#")]
+    far_outputs = translate(model, far_sources)
+    result = measure(
+        direction, calibration, sources, outputs, refs, bad_pairs, far_sources, far_outputs
+    )
+    result["weights"] = dict(
+        zip(calibration.signals, [round(c, 4) for c in calibration.coef], strict=True)
+    )
+    result["threshold"] = calibration.threshold
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(REPO / "data" / "tatoeba"))
+    parser.add_argument(
+        "--fit", action="store_true", help="Fit again and write models/*/confidence.json."
+    )
+    parser.add_argument("--name", default="confidence")
+    args = parser.parse_args()
+    record = {d: run_direction(d, Path(args.data), args.fit) for d in DIRECTIONS}
+    for d, r in record.items():
+        print(
+            f"{d}: AUC {r['auc_good_vs_bad']:.3f}, Spearman {r['spearman_with_chrf']:.3f}; flagged: good "
+            f"{r['good_flagged']:.1%}, corrupted {r['corrupted_flagged']:.1%} {r['corrupted_flagged_by_kind']}, "
+            f"far {r['far_flagged']:.1%}; threshold {r['threshold']}, P {r['precision']:.2f} R {r['recall']:.2f}"
+        )
+    print(f"wrote {write_result(args.name, record)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -84,3 +84,32 @@ def test_the_page_asks_for_the_key_a_server_needs(browser):
         )
     finally:
         server.stop()
+
+
+def test_the_page_marks_the_lines_the_model_is_unsure_of(browser):
+    """A line the shipped model knows and one far from its 25k short sentences: only the far
+    one's translation is marked unsure (its class, a title with its confidence), and the page
+    says how many lines it marked."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = _Server("-m", "en-zh-tiny")
+    try:
+        browser.get(server.url + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_element(By.ID, "status").text == "ready")
+        far = "The city council voted on Tuesday to postpone the budget hearing until the audit is complete."
+        browser.find_element(By.ID, "source").send_keys("Do you have a pencil?\n" + far)
+        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#translation .unsure"))
+        lines = browser.find_elements(By.CSS_SELECTOR, "#translation span")
+        assert len(lines) == 2 and "unsure" not in (lines[0].get_attribute("class") or "")
+        assert lines[1].get_attribute("class") == "unsure"
+        assert lines[1].get_attribute("title").startswith("confidence 0.")
+        note = browser.find_element(By.ID, "unsure-note")
+        assert note.is_displayed() and note.text.startswith("1 line marked")
+        browser.find_element(By.ID, "source").clear()
+        browser.find_element(By.ID, "source").send_keys("Do you have a pencil?")
+        wait.until(lambda b: not b.find_elements(By.CSS_SELECTOR, "#translation .unsure"))
+        assert not browser.find_element(By.ID, "unsure-note").is_displayed()
+    finally:
+        server.stop()

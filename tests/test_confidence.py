@@ -1,0 +1,327 @@
+"""A calibrated confidence for every line: the fit against closed forms and exhaustive counts, the
+signals against an uncached recomputation and hand examples, the shipped models' weights on
+good and corrupted pairs, and every interface (jsonl, tsv, text, --min-confidence, eval, server)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+
+from mtcli.cli import main
+from mtcli.config import BOS_ID, EOS_ID
+from mtcli.engines.calibration import WEIGHTS_FILE, Calibration, fit_logistic, roc_auc, spearman
+from mtcli.engines.confidence import (
+    coverage,
+    estimator_for,
+    forced_pass,
+    in_language,
+    repeated_bigrams,
+)
+from mtcli.engines.result import Translation
+from mtcli.store.checkpoint import load_model
+from mtcli.text.layer import TextLayer
+from tests.conftest import REPO, write_lines
+
+EN_ZH, ZH_EN = REPO / "models" / "en-zh-tiny", REPO / "models" / "zh-en-tiny"
+GOOD = "Do you have a pencil?"  # a Tatoeba-like line the shipped model translates right
+FAR = (
+    "The city council voted on Tuesday to postpone the budget hearing until the audit is complete."
+)
+
+
+# ---------------------------------------------------------------- the fit and its measures
+def test_the_unpenalised_fit_is_the_closed_form_maximum_likelihood():
+    """Two groups: x=0 is good half the time, x=1 three times in four, so the likelihood is
+    highest at bias logit(1/2) = 0 and weight logit(3/4) - 0 = ln 3."""
+    x = np.array([[0.0], [0.0], [1.0], [1.0], [1.0], [1.0]])
+    y = np.array([0, 1, 0, 1, 1, 1], dtype=float)
+    coef, bias = fit_logistic(x, y, l2=0.0)
+    assert bias == pytest.approx(0.0, abs=1e-7) and coef[0] == pytest.approx(math.log(3), abs=1e-7)
+
+
+def test_the_penalised_fit_minimises_its_objective():
+    """At the fitted weights the penalised loss has a zero gradient (by finite differences)
+    and every small step away from them raises it."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 3))
+    y = (rng.random(200) < 1 / (1 + np.exp(-(x @ [1.5, -2.0, 0.3] + 0.4)))).astype(float)
+    l2 = 2.0
+
+    def loss(theta):
+        z = theta[0] + x @ theta[1:]
+        return float(np.sum(np.logaddexp(0, z) - y * z) + l2 / 2 * np.sum(theta[1:] ** 2))
+
+    coef, bias = fit_logistic(x, y, l2=l2)
+    best = np.concatenate([[bias], coef])
+    for i in range(4):
+        step = np.zeros(4)
+        step[i] = 1e-5
+        assert (loss(best + step) - loss(best - step)) / 2e-5 == pytest.approx(0.0, abs=1e-4)
+        assert loss(best + 100 * step) > loss(best) and loss(best - 100 * step) > loss(best)
+
+
+def test_auc_and_spearman_against_exhaustive_counts():
+    """AUC: the share of (positive, negative) pairs ranked right, ties counting half; Spearman:
+    Pearson's correlation of ranks, ties at their average rank, ranked here by counting."""
+    rng = np.random.default_rng(1)
+    scores = rng.integers(0, 6, size=40).astype(float)  # many ties
+    positive = rng.random(40) < 0.4
+    pairs = list(itertools.product(scores[positive], scores[~positive]))
+    expected = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs) / len(pairs)
+    assert roc_auc(scores, positive) == pytest.approx(expected)
+
+    other = scores + rng.normal(size=40)
+
+    def ranks(v):  # 1 + the values below + half of the others equal to it
+        return np.array([1 + np.sum(v < a) + (np.sum(v == a) - 1) / 2 for a in v])
+
+    assert spearman(scores, other) == pytest.approx(np.corrcoef(ranks(scores), ranks(other))[0, 1])
+
+
+def test_weights_that_do_not_read_as_weights_give_no_confidence(tmp_path):
+    """Missing, not JSON, NaN, a string for a number, lengths that disagree, a zero scale:
+    no weights (the model translates without a confidence); what is saved loads back."""
+    assert Calibration.load(tmp_path) is None
+    good = Calibration(["a", "b"], [0.0, 1.0], [1.0, 2.0], [0.5, -0.5], 0.1, 0.3, {"k": 1.0})
+    good.save(tmp_path)
+    assert Calibration.load(tmp_path) == good
+    raw = json.loads((tmp_path / WEIGHTS_FILE).read_text())
+    nan, text, short, zero = (
+        {"coef": [float("nan"), 1.0]},
+        {"coef": ["1", 1.0]},
+        {"mean": [0.0]},
+        {"scale": [0.0, 1.0]},
+    )
+    for broken in (nan, text, short, zero, {"bias": None}):
+        (tmp_path / WEIGHTS_FILE).write_text(json.dumps({**raw, **broken}))
+        assert Calibration.load(tmp_path) is None, broken
+    (tmp_path / WEIGHTS_FILE).write_text("{not json")
+    assert Calibration.load(tmp_path) is None
+
+
+# ---------------------------------------------------------------- the signals
+def test_the_forced_pass_scores_what_an_uncached_forward_scores(tiny_model):
+    """Batched with padding and a cache, each pair's log-probabilities are those of the plain
+    teacher-forced forward on that pair alone; its cross-attention rows sum to 1."""
+    src = [[5, 6, 7, 8, 9], [4], [10, 11, 12]]
+    out = [[13, 14], [15, 16, 17, 18, 19, 20], []]
+    scored = forced_pass(tiny_model, src, out, "cpu")
+    for (lp, attention), s, o in zip(scored, src, out, strict=True):
+        with torch.no_grad():
+            logits = tiny_model(torch.tensor([s + [EOS_ID]]), torch.tensor([[BOS_ID] + o]))
+        expected = torch.log_softmax(logits[0], -1)[range(len(o) + 1), o + [EOS_ID]]
+        assert np.allclose(lp, expected.numpy(), atol=1e-5)
+        assert attention.shape == (len(o) + 1, len(s) + 1)
+        assert np.allclose(attention.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_coverage_repeats_and_language_by_hand():
+    # two source tokens and EOS; the first receives 0.5 + 0.5, the second 0.5 (capped at 1 each)
+    assert coverage(np.array([[0.5, 0.5, 0.0], [0.5, 0.0, 0.5]])) == pytest.approx(0.75)
+    assert coverage(np.array([[1.5, 0.0], [0.5, 0.0]])) == pytest.approx(1.0)
+    # a b a b a b: bigrams ab ba ab ba ab, two of five distinct
+    assert repeated_bigrams(list("ababab")) == pytest.approx(0.6)
+    assert repeated_bigrams(list("abcdef")) == 0.0 and repeated_bigrams(["a"]) == 0.0
+    assert in_language("我爱你。", "zh") == 1.0 and in_language("I love you.", "zh") == 0.0
+    assert in_language("我爱Python", "zh") == pytest.approx(2 / 8)
+    assert in_language("｟url1｠很好", "zh") == 1.0  # a placeholder piece says nothing of it
+    assert in_language("This is an English sentence.", "en") == 1.0
+    assert in_language("我们今天去公园。", "en") == 0.0 and in_language("123", "en") == 1.0
+
+
+# ---------------------------------------------------------------- the shipped models' weights
+@pytest.fixture(scope="module")
+def estimators():
+    return {
+        d: estimator_for(load_model(path), "cpu")
+        for d, path in (("en-zh", EN_ZH), ("zh-en", ZH_EN))
+    }
+
+
+def test_the_shipped_models_trust_good_pairs_and_flag_corrupted_ones(estimators):
+    """Each direction: a right translation above its threshold; the same pair with another
+    line's translation, the output cut short, a phrase repeated, a sentence dropped, below it."""
+    cases = {
+        "en-zh": ("Do you have a pencil?", "你有铅笔吗？", "我喜欢在公园里散步。", "你有", "你有你有你有你有铅笔吗？",
+                  "Do you have a pencil? I live in Boston."),
+        "zh-en": ("这是汤姆的车。", "This is Tom's car.", "I like to walk in the park.", "This is", "This is is is is Tom's car.",  # noqa: E501
+                  "这是汤姆的车。我住在波士顿，每天坐公共汽车上班。"),
+    }  # fmt: skip
+    for direction, (src, right, other, cut, repeated, longer) in cases.items():
+        est = estimators[direction]
+        good, *bad = est([src, src, src, src, longer], [right, other, cut, repeated, right])
+        assert good >= est.threshold, (direction, good)
+        assert all(c < est.threshold for c in bad), (direction, bad, est.threshold)
+        assert min(bad) >= 0.0 and good <= 1.0
+
+
+# ---------------------------------------------------------------- the text layer
+class _Inner:
+    """A translator that writes what it is told to for each sentence."""
+
+    def __init__(self, outputs: dict[str, str]):
+        self.outputs = outputs
+
+    def translate_chunk(self, lines, prefixes=None, keep=None):
+        return [Translation(line, self.outputs.get(line, ""), -0.1) for line in lines]
+
+
+class _Judge:
+    """An estimator whose confidence for each output is given, recording what it was asked."""
+
+    threshold = 0.5
+
+    def __init__(self, confidences: dict[str, float]):
+        self.confidences, self.seen = confidences, []
+
+    def __call__(self, sources, outputs):
+        self.seen += list(zip(sources, outputs, strict=True))
+        return [self.confidences[o] for o in outputs]
+
+
+def test_a_line_is_as_sure_as_its_least_sure_sentence_and_a_wrong_number_flags_it():
+    outputs = {
+        "I am hungry.": "我饿了。",
+        "Let us eat.": "我们吃吧。",
+        "I have two cats.": "我有3只猫。",
+    }
+    judge = _Judge({"我饿了。": 0.9, "我们吃吧。": 0.4, "我有3只猫。": 0.95})
+    layer = TextLayer(
+        _Inner(outputs), src_lang="en", tgt_lang="zh", can_write=lambda s: True, count_tokens=len,
+        max_tokens=100, confidence=judge,
+    )  # fmt: skip
+    two, number, blank = layer.translate_chunk(["I am hungry. Let us eat.", "I have two cats.", ""])
+    assert judge.seen == [
+        (s, outputs[s]) for s in ("I am hungry.", "Let us eat.", "I have two cats.")
+    ]
+    assert (two.confidence, two.sentence_confidences, two.flagged) == (0.4, [0.9, 0.4], True)
+    # 3 is in no source: sure as the model is, the line is flagged (confidence under the threshold)
+    assert number.invented_numbers == ["3"] and number.flagged and number.confidence == 0.25
+    assert (blank.confidence, blank.flagged) == (1.0, False)
+
+
+# ---------------------------------------------------------------- the command line
+def _translate(*args: str, lines=(GOOD, FAR)):
+    result = CliRunner().invoke(
+        main, ["translate", "-m", "en-zh-tiny", *args], input="\n".join(lines) + "\n"
+    )
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_jsonl_tsv_and_text_say_how_sure_each_line_is():
+    records = [
+        json.loads(line)
+        for line in _translate("--confidence", "--format", "jsonl").stdout.splitlines()
+    ]
+    assert [r["flagged"] for r in records] == [False, True]
+    assert all(0.0 <= r["confidence"] <= 1.0 for r in records)
+    tsv = _translate("--confidence", "--format", "tsv").stdout.splitlines()
+    assert [float(line.split("\t")[3]) for line in tsv] == [r["confidence"] for r in records]
+    text = _translate("--confidence")
+    assert text.stdout.splitlines() == [r["translation"] for r in records]
+    assert text.stderr.count("flagged") == 1
+    assert "1 of 2 lines flagged as unreliable; --format jsonl shows which" in text.stderr
+    assert "confidence" not in _translate("--format", "jsonl").stdout  # not asked: not computed
+
+
+def test_min_confidence_writes_unsure_lines_as_their_source_and_says_so():
+    first, second = _translate(
+        "--min-confidence", "0.3", "--unsure-marker", "?? "
+    ).stdout.splitlines()
+    assert first != GOOD and second == "?? " + FAR
+    bare = _translate("--min-confidence", "0.3", "--unsure-marker", "")
+    assert bare.stdout.splitlines()[1] == FAR
+    assert (
+        "1 of 2 lines below --min-confidence 0.3 were written as their source (unmarked)"
+        in bare.stderr
+    )
+    record = json.loads(
+        _translate("--min-confidence", "0.3", "--format", "jsonl").stdout.splitlines()[1]
+    )
+    assert record["kept_source"] and record["translation"] == "[?] " + FAR and record["flagged"]
+
+
+@pytest.mark.parametrize("value", ["nan", "-0.1", "1.5", "high"])
+def test_a_bad_min_confidence_is_one_line(value):
+    result = CliRunner().invoke(
+        main, ["translate", "-m", "en-zh-tiny", "--min-confidence", value, "Hi."]
+    )
+    assert (
+        result.exit_code == 2
+        and "--min-confidence" in result.stderr
+        and "Traceback" not in result.output
+    )
+    assert not result.stdout
+
+
+def test_confidence_judges_a_search_not_a_draw():
+    result = CliRunner().invoke(
+        main, ["translate", "-m", "en-zh-tiny", "--confidence", "--sample", "Hi."]
+    )
+    assert result.exit_code == 2 and "--confidence" in result.stderr
+
+
+def test_a_model_without_fitted_weights_says_so_once_and_translates(copy_model_dir):
+    result = CliRunner().invoke(
+        main,
+        ["translate", "-m", str(copy_model_dir), "--confidence", "--format", "jsonl"],
+        input="abc\ncab\n",
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("no confidence") == 1
+    assert all("confidence" not in json.loads(line) for line in result.stdout.splitlines())
+
+
+def test_eval_prints_the_mean_confidence_beside_bleu(tmp_path):
+    """The mean of the lines' confidences as translate gives them, and the share flagged."""
+    lines = [GOOD, FAR, "I'm a good cook.", "Where is the station?"]
+    src = write_lines(tmp_path / "src.en", lines)
+    ref = write_lines(
+        tmp_path / "ref.zh",
+        ["你有铅笔吗？", "市议会周二投票推迟预算听证会。", "我是个好厨师。", "车站在哪里？"],
+    )
+    result = CliRunner().invoke(
+        main, ["eval", "--src", str(src), "-r", str(ref), "-m", "en-zh-tiny", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    judged = json.loads(result.stdout)["systems"]["en-zh-tiny"]["confidence"]
+    records = [
+        json.loads(x)
+        for x in _translate("--confidence", "--format", "jsonl", lines=lines).stdout.splitlines()
+    ]
+    assert judged["mean"] == pytest.approx(sum(r["confidence"] for r in records) / 4, abs=1e-4)
+    assert judged["flagged"] == sum(r["flagged"] for r in records) / 4
+    table = CliRunner().invoke(
+        main, ["eval", "--src", str(src), "-r", str(ref), "-m", "en-zh-tiny"]
+    )
+    assert "confidence (flagged)" in table.stdout and f"{judged['mean']:.2f}" in table.stdout
+
+
+# ---------------------------------------------------------------- the server
+def test_the_server_gives_confidence_in_v1_when_asked_and_in_libretranslate_replies():
+    from mtcli.engines.build import ready_to_decode
+    from mtcli.serving.app import Models, ServeConfig, create_app, mtcli_served
+
+    models = Models(lambda: [mtcli_served("en-zh-tiny", ready_to_decode(load_model(EN_ZH)), "cpu")])
+    with TestClient(create_app(models, ServeConfig())) as c:
+        for _ in range(300):
+            if c.get("/health").status_code == 200:
+                break
+        asked = c.post(
+            "/v1/translate", json={"lines": [GOOD, FAR], "source": "en", "confidence": True}
+        ).json()
+        assert [t["flagged"] for t in asked["translations"]] == [False, True]
+        plain = c.post("/v1/translate", json={"lines": [GOOD], "source": "en"}).json()
+        assert "confidence" not in plain["translations"][0]
+        one = c.post("/translate", json={"q": FAR, "source": "en", "target": "zh"}).json()
+        assert one["confidence"] == pytest.approx(asked["translations"][1]["confidence"], abs=1e-4)
+        both = c.post("/translate", json={"q": [GOOD, FAR], "source": "en", "target": "zh"}).json()
+        assert len(both["confidence"]) == 2 and both["confidence"][0] > both["confidence"][1]

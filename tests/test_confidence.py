@@ -325,3 +325,9 @@ def test_the_server_gives_confidence_in_v1_when_asked_and_in_libretranslate_repl
         assert one["confidence"] == pytest.approx(asked["translations"][1]["confidence"], abs=1e-4)
         both = c.post("/translate", json={"q": [GOOD, FAR], "source": "en", "target": "zh"}).json()
         assert len(both["confidence"]) == 2 and both["confidence"][0] > both["confidence"][1]
+        # source auto: an item already in the target language passes through, with no confidence
+        # (a KeyError and a 500 before, when the first item had one and a later item had none)
+        mixed = {"q": [GOOD, "我们为什么工作？"], "source": "auto", "target": "zh"}
+        body = c.post("/translate", json=mixed).json()
+        assert body["translatedText"][1] == "我们为什么工作？"
+        assert body["confidence"][0] > 0 and body["confidence"][1] is None

@@ -178,8 +178,8 @@ class Service:
             return out[0]
         merged = {"translatedText": [a["translatedText"] for a in out]}
         for key in ("alternatives", "detectedLanguage", "confidence"):
-            if out and key in out[0]:
-                merged[key] = [a[key] for a in out]
+            if any(key in a for a in out):  # an item that passed through has no confidence: null
+                merged[key] = [a.get(key) for a in out]
         return merged
 
     async def v1(self, state, req: V1Request) -> dict:

@@ -2,8 +2,9 @@
 
     python bench/confidence.py [--data data/tatoeba] [--fit] [--name confidence]
 
-Needs `mtcli data prepare tatoeba-en-zh --out data/tatoeba`. Per direction (en-zh-tiny, with
-zh-en-tiny as its reverse, and the other way round):
+Needs `mtcli data prepare tatoeba-en-zh --out data/tatoeba`. Per shipped model (en-zh-tiny and
+its student with zh-en-tiny as their reverse, zh-en-tiny with en-zh-tiny); after retraining a
+model, fit it again (its old weights describe another model's scores):
 
 The data recipe. Fitted on the *valid* split (1,000 pairs, never trained on): the model's own
 translations (beam 5), labelled good where their sentence chrF (sacrebleu) is 50 or more, and
@@ -34,7 +35,13 @@ from bench.common import REPO, read_lines, write_result  # noqa: E402
 
 GOOD, BAD = 50.0, 20.0  # sentence chrF of a good translation, and of a bad one
 GOOD_FLAGGED = 0.10  # the threshold flags this share of the valid split's good translations
-DIRECTIONS = {"en-zh": ("en-zh-tiny", "zh-en-tiny"), "zh-en": ("zh-en-tiny", "en-zh-tiny")}
+# each shipped model: its reverse (the installed model the other way), its languages
+MODELS = {
+    "en-zh-tiny": ("zh-en-tiny", "en", "zh"),
+    "zh-en-tiny": ("en-zh-tiny", "zh", "en"),
+    "en-zh-tiny-student": ("zh-en-tiny", "en", "zh"),
+}
+TIMED = ("en-zh-tiny", "zh-en-tiny")
 KINDS = ("dropped_sentence", "changed_number", "other_line", "truncated", "repeated_phrase")
 NUMBER_WORDS = {
     "en": ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"],
@@ -42,10 +49,10 @@ NUMBER_WORDS = {
 }
 
 
-def split(data: Path, part: str, direction: str) -> tuple[list[str], list[str]]:
-    """Sources and references of one split, read the direction's way."""
+def split(data: Path, part: str, src_lang: str) -> tuple[list[str], list[str]]:
+    """Sources and references of one split, read from `src_lang`."""
     en, zh = read_lines(data / f"{part}.src"), read_lines(data / f"{part}.tgt")
-    return (en, zh) if direction == "en-zh" else (zh, en)
+    return (en, zh) if src_lang == "en" else (zh, en)
 
 
 def translate(model: Path, lines: list[str], beam: int = 5) -> list[str]:
@@ -123,29 +130,29 @@ def corruptions(
 
 
 # ---------------------------------------------------------------- signals, fit, measures
-def estimator(direction: str, calibration=None):
+def estimator(name: str, calibration=None):
     from mtcli.engines.build import ready_to_decode
     from mtcli.engines.calibration import Calibration
     from mtcli.engines.confidence import SIGNALS, ConfidenceEstimator, Direction
     from mtcli.store.checkpoint import load_model
 
+    reverse_name, src, tgt = MODELS[name]
     forward, reverse = (
-        ready_to_decode(load_model(REPO / "models" / name)) for name in DIRECTIONS[direction]
+        ready_to_decode(load_model(REPO / "models" / n)) for n in (name, reverse_name)
     )
     n = len(SIGNALS)
     calibration = calibration or Calibration(list(SIGNALS), [0.0] * n, [1.0] * n, [0.0] * n, 0.0)
-    src, tgt = direction.split("-")
     return ConfidenceEstimator(
         Direction(forward.model, forward.tokenizer), Direction(reverse.model, reverse.tokenizer),
         calibration, src, tgt, "cpu",
     )  # fmt: skip
 
 
-def fit(direction: str, sources, outputs, chrf, bad_pairs):
+def fit(name: str, sources, outputs, chrf, bad_pairs):
     """The Calibration fitted on the valid split's translations and corruptions."""
     from mtcli.engines.calibration import fitted
 
-    est = estimator(direction)
+    est = estimator(name)
     good = chrf >= GOOD
     kept = np.flatnonzero(good)
     ratios = est.raw_signals([sources[i] for i in kept], [outputs[i] for i in kept])[
@@ -169,11 +176,11 @@ def fit(direction: str, sources, outputs, chrf, bad_pairs):
 
 
 def measure(
-    direction: str, calibration, sources, outputs, refs, bad_pairs, far_sources, far_outputs
+    name: str, calibration, sources, outputs, refs, bad_pairs, far_sources, far_outputs
 ) -> dict:
     from mtcli.engines.calibration import roc_auc, spearman
 
-    est = estimator(direction, calibration)
+    est = estimator(name, calibration)
     chrf = sentence_chrf(outputs, refs)
     conf = np.asarray(est(sources, outputs))
     flagged = conf < calibration.threshold
@@ -227,38 +234,76 @@ def examples(sources, outputs, conf, chrf, far_sources, far_outputs, far, thresh
     return rows
 
 
-def run_direction(direction: str, data: Path, refit: bool) -> dict:
+def run_model(name: str, data: Path, refit: bool) -> dict:
     from mtcli.engines.calibration import Calibration
 
-    src_lang, tgt_lang = direction.split("-")
-    model = REPO / "models" / DIRECTIONS[direction][0]
+    _, src_lang, tgt_lang = MODELS[name]
+    model = REPO / "models" / name
     if refit:
-        sources, refs = split(data, "valid", direction)
+        sources, refs = split(data, "valid", src_lang)
         outputs = translate(model, sources)
         chrf = sentence_chrf(outputs, refs)
         calibration = fit(
-            direction,
+            name,
             sources,
             outputs,
             chrf,
             corruptions(sources, outputs, chrf >= GOOD, tgt_lang, 1),
         )
-        print(f"{direction}: wrote {calibration.save(model)}")
+        print(f"{name}: wrote {calibration.save(model).relative_to(REPO)}")
     calibration = Calibration.load(model)
-    sources, refs = split(data, "test", direction)
+    sources, refs = split(data, "test", src_lang)
     outputs = translate(model, sources)
     bad_pairs = corruptions(sources, outputs, sentence_chrf(outputs, refs) >= GOOD, tgt_lang, 2)
     far_file = REPO / "bench" / "confidence" / f"far-{src_lang}.txt"
     far_sources = [x for x in read_lines(far_file) if not x.startswith("#")]
     far_outputs = translate(model, far_sources)
-    result = measure(
-        direction, calibration, sources, outputs, refs, bad_pairs, far_sources, far_outputs
-    )
+    result = measure(name, calibration, sources, outputs, refs, bad_pairs, far_sources, far_outputs)
     result["weights"] = dict(
         zip(calibration.signals, [round(c, 4) for c in calibration.coef], strict=True)
     )
     result["threshold"] = calibration.threshold
     return result
+
+
+def timing(data: Path, n: int = 1000, rounds: int = 3) -> dict:
+    """Seconds to translate n test lines with and without confidence, beam 5 and greedy, both
+    directions: the two translators interleaved in one process, the fastest of `rounds`."""
+    record = {}
+    for name in TIMED:
+        sources = split(data, "test", MODELS[name][1])[0][:n]
+        for beam in (5, 1):
+            made = {judged: _translator(name, beam, judged) for judged in (False, True)}
+            best = _fastest(made, sources, rounds)
+            record[f"{name} beam {beam}"] = {
+                "without": round(best[False], 3), "with": round(best[True], 3),
+                "cost": round(best[True] / best[False] - 1, 3),
+            }  # fmt: skip
+            print(name, f"beam {beam}", record[f"{name} beam {beam}"])
+    return record
+
+
+def _translator(name: str, beam: int, judged: bool):
+    from mtcli.config import DecodeConfig
+    from mtcli.engines.build import EngineOptions, build_translator
+
+    options = EngineOptions(device="cpu", confidence=judged)
+    return build_translator([REPO / "models" / name], DecodeConfig(beam_size=beam), options)
+
+
+def _fastest(translators: dict, sources: list[str], rounds: int) -> dict:
+    """The fastest pass of each translator over `sources`, their passes interleaved."""
+    import time
+
+    for translator in translators.values():  # warm: the first pass pays for oneDNN's kernels
+        translator.translate_chunk(sources[:50])
+    best = dict.fromkeys(translators, float("inf"))
+    for _ in range(rounds):
+        for key, translator in translators.items():
+            start = time.perf_counter()
+            translator.translate_chunk(sources)
+            best[key] = min(best[key], time.perf_counter() - start)
+    return best
 
 
 def main() -> None:
@@ -269,8 +314,10 @@ def main() -> None:
     )
     parser.add_argument("--name", default="confidence")
     args = parser.parse_args()
-    record = {d: run_direction(d, Path(args.data), args.fit) for d in DIRECTIONS}
-    for d, r in record.items():
+    record = {name: run_model(name, Path(args.data), args.fit) for name in MODELS}
+    record["time"] = timing(Path(args.data))
+    for d in MODELS:
+        r = record[d]
         print(
             f"{d}: AUC {r['auc_good_vs_bad']:.3f}, Spearman {r['spearman_with_chrf']:.3f}; flagged: good "
             f"{r['good_flagged']:.1%}, corrupted {r['corrupted_flagged']:.1%} {r['corrupted_flagged_by_kind']}, "

@@ -186,25 +186,30 @@ class _Judge:
         return [self.confidences[o] for o in outputs]
 
 
-def test_a_line_is_as_sure_as_its_least_sure_sentence_and_a_wrong_number_flags_it():
+def test_a_line_is_as_sure_as_its_least_sure_sentence_and_a_wrong_or_lost_number_flags_it():
     outputs = {
         "I am hungry.": "我饿了。",
         "Let us eat.": "我们吃吧。",
         "I have two cats.": "我有3只猫。",
+        "Call 911 now.": "现在打电话。",
     }
-    judge = _Judge({"我饿了。": 0.9, "我们吃吧。": 0.4, "我有3只猫。": 0.95})
+    judge = _Judge({"我饿了。": 0.9, "我们吃吧。": 0.4, "我有3只猫。": 0.95, "现在打电话。": 0.9})
     layer = TextLayer(
         _Inner(outputs), src_lang="en", tgt_lang="zh", can_write=lambda s: True, count_tokens=len,
         max_tokens=100, confidence=judge,
     )  # fmt: skip
-    two, number, blank = layer.translate_chunk(["I am hungry. Let us eat.", "I have two cats.", ""])
+    lines = ["I am hungry. Let us eat.", "I have two cats.", "", "Call 911 now."]
+    two, number, blank, lost = layer.translate_chunk(lines)
     assert judge.seen == [
-        (s, outputs[s]) for s in ("I am hungry.", "Let us eat.", "I have two cats.")
+        (s, outputs[s])
+        for s in ("I am hungry.", "Let us eat.", "I have two cats.", "Call 911 now.")
     ]
     assert (two.confidence, two.sentence_confidences, two.flagged) == (0.4, [0.9, 0.4], True)
     # 3 is in no source: sure as the model is, the line is flagged (confidence under the threshold)
     assert number.invented_numbers == ["3"] and number.flagged and number.confidence == 0.25
     assert (blank.confidence, blank.flagged) == (1.0, False)
+    # 911 fell out and stayed out (this engine cannot decode again under constraints): flagged
+    assert "911" not in lost.text and (lost.confidence, lost.flagged) == (0.25, True)
 
 
 # ---------------------------------------------------------------- the command line

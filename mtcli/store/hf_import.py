@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import warnings
 from pathlib import Path
 
 import sentencepiece as spm
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from mtcli import files
@@ -260,11 +260,41 @@ def _embeddings(w: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return enc, dec
 
 
-def _weights(path: Path) -> dict[str, torch.Tensor]:
+def _weights(src: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, else pytorch_model.bin read as tensors only (weights_only: a pickle
+    that would run code is refused), as many published MarianMT repositories still have it."""
+    path = src / "model.safetensors"
+    bin_path = src / "pytorch_model.bin"
     try:
-        return {k: v.float() for k, v in load_file(str(path)).items()}
-    except (OSError, ValueError, SafetensorError) as e:
-        raise UserError(f"{path}: unreadable ({e})") from None
+        if not path.is_file() and bin_path.is_file():
+            path = bin_path
+            with warnings.catch_warnings():  # torch's note on the pickle protocol: not the user's
+                warnings.simplefilter("ignore")
+                weights = torch.load(bin_path, map_location="cpu", weights_only=True)
+        else:
+            weights = load_file(str(path))
+        return {k: v.float() for k, v in weights.items()}
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing (a MarianMT directory has it)") from None
+    except Exception as e:  # safetensors', torch's and pickle's own errors for damaged data
+        raise UserError(f"{path}: unreadable ({str(e).splitlines()[0][:200]})") from None
+
+
+def languages(src: Path, tokenizer: dict) -> dict[str, str]:
+    """The directory's source and target languages as two-letter codes where they are known:
+    tokenizer_config.json's, else OPUS-MT's metadata.json's, else en/zh (mtcli's own pair)."""
+    meta_file = src / "metadata.json"
+    meta = _read_json(meta_file) if meta_file.is_file() else {}
+    found = {}
+    for side, theirs in (("src_lang", "source_lang"), ("tgt_lang", "target_lang")):
+        code = tokenizer.get(theirs) or meta.get(f"{side[:3]}_alpha2") or ""
+        found[side] = ALPHA3.get(str(code), str(code)) or ("en" if side == "src_lang" else "zh")
+    return found
+
+
+# the ISO 639-3 codes OPUS-MT's files use for the languages mtcli's text layer knows
+ALPHA3 = {"eng": "en", "zho": "zh", "cmn": "zh", "deu": "de", "fra": "fr", "spa": "es",
+          "jpn": "ja", "rus": "ru", "ara": "ar", "por": "pt", "ita": "it", "kor": "ko"}  # fmt: skip
 
 
 def _mapping(src: Path, config: dict, tokenizer: dict, weights: dict) -> tuple[dict, dict, dict]:
@@ -304,15 +334,19 @@ def _mapping(src: Path, config: dict, tokenizer: dict, weights: dict) -> tuple[d
     )
 
 
-def import_huggingface(src: str | Path, out: str | Path, *, force: bool = False) -> Path:
-    """Write the MarianMT directory `src` as an mtcli model directory at `out`."""
+def import_huggingface(
+    src: str | Path, out: str | Path, *, force: bool = False, langs: dict | None = None,
+    origin: str | None = None,
+) -> Path:  # fmt: skip
+    """Write the MarianMT directory `src` as an mtcli model directory at `out`; `langs`
+    (src_lang/tgt_lang) over what the directory says, `origin` recorded as imported_from."""
     src, out = Path(src), Path(out)
     files.check_replaceable(out, "model", "--out", force, reads=[src])
     config = _read_json(src / "config.json")
     cfg = model_config(config, src / "config.json")
     tok_file = src / "tokenizer_config.json"
     tokenizer = _read_json(tok_file) if tok_file.is_file() else {}
-    weights = _weights(src / "model.safetensors")
+    weights = _weights(src)
     models, rows, shape = _mapping(src, config, tokenizer, weights)
     cfg = dataclasses.replace(cfg, **shape)
     model = Seq2Seq(cfg)
@@ -324,15 +358,9 @@ def import_huggingface(src: str | Path, out: str | Path, *, force: bool = False)
         ) from None
     except (RuntimeError, IndexError) as e:  # a tensor of another shape than config.json says
         raise UserError(f"{src / 'model.safetensors'}: {str(e).splitlines()[0][:200]}") from None
-    langs = {
-        "src_lang": tokenizer.get("source_lang") or "en",
-        "tgt_lang": tokenizer.get("target_lang") or "zh",
-    }
+    langs = languages(src, tokenizer) | {k: v for k, v in (langs or {}).items() if v}
+    extra = {"imported_from": origin or str(src)}
     with tempfile.TemporaryDirectory() as tmp:
         _tokenizer_dir(models, Path(tmp) / "tokenizer")
-        save_model(
-            model,
-            out,
-            SaveRequest(Path(tmp) / "tokenizer", extra={"imported_from": str(src)}, **langs),
-        )
+        save_model(model, out, SaveRequest(Path(tmp) / "tokenizer", extra=extra, **langs))
     return out

@@ -1,9 +1,9 @@
 """Which models are installed, where they are found, and which one a name or a direction means.
 
 Models are found by name in the folders of $MTCLI_MODEL_PATH (colon-separated, searched
-first) and then among the shipped models, which travel inside the package (mtcli/models in a
-wheel; the top-level models/ of a source checkout). Which language a line is in is
-mtcli.text.language's to say.
+first), then among the pulled ones (`mtcli models pull`, user_models_dir), then among the
+shipped models, which travel inside the package (mtcli/models in a wheel; the top-level
+models/ of a source checkout). Which language a line is in is mtcli.text.language's to say.
 
 Stdlib only: listing models and choosing one reads config.json and the model card, no weights.
 """
@@ -28,10 +28,17 @@ def shipped_models_dir() -> Path:
     return inside if inside.is_dir() else package.parent / "models"
 
 
+def user_models_dir() -> Path:
+    """Where `mtcli models pull` puts the models it brings: $XDG_DATA_HOME/mtcli/models, else
+    ~/.local/share/mtcli/models (data the user keeps, unlike the cache beside it)."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "mtcli" / "models"
+
+
 def search_path() -> list[Path]:
-    """Folders holding model directories: $MTCLI_MODEL_PATH's, then the shipped ones."""
+    """Folders holding model directories: $MTCLI_MODEL_PATH's, the pulled ones, the shipped ones."""
     extra = [Path(p) for p in os.environ.get("MTCLI_MODEL_PATH", "").split(os.pathsep) if p]
-    return [*extra, shipped_models_dir()]
+    return [*extra, user_models_dir(), shipped_models_dir()]
 
 
 @dataclass

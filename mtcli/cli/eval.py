@@ -10,8 +10,9 @@ from rich.table import Table
 
 from mtcli.cli.console import console, warn
 from mtcli.cli.options import build_decode_config, decode_options
+from mtcli.data.published_sets import PublishedSet, published_set
 from mtcli.data.textio import read_lines
-from mtcli.engines.build import EngineOptions, build_translator, model_for_text
+from mtcli.engines.build import EngineOptions, build_translator, chosen_model, model_for_text
 from mtcli.engines.calibration import WEIGHTS_FILE
 from mtcli.engines.routing import stream
 from mtcli.store.registry import describe
@@ -33,7 +34,7 @@ def _read(path: str) -> list[str]:
 
 
 def _systems(
-    src, hyps, model, device: str, threads: int, decode: dict
+    src, hyps, model, device: str, threads: int, decode: dict, direction=None
 ) -> tuple[list, str | None, dict]:
     """(name, lines) of each system to score: the --hyp files, or --src translated by the model
     (also returning the model's target language, and its translations' mean confidence and
@@ -42,13 +43,22 @@ def _systems(
         return [("stdin" if h == "-" else h, _read(h)) for h in hyps], None, {}
     cfg = build_decode_config(**decode)
     sources = _read(src)
-    model_dir = model_for_text(model, sources[:200])
+    # a test set's pair: -m's model, else the one installed for it; else by the lines' language
+    chosen = chosen_model(model, *direction, warn=warn) if direction else None
+    model_dir = chosen or model_for_text(model, sources[:200])
     judged = (model_dir / WEIGHTS_FILE).is_file()  # the model's own confidence, beside BLEU
     options = EngineOptions(device=device, threads=threads, warn=warn, confidence=judged)
     translator = build_translator([model_dir], cfg, options)
     done = list(stream(translator.translate_chunk, sources, cfg.chunk_lines))
     info, name = describe(model_dir), model or model_dir.name
     return [(name, [t.text for t in done])], info.tgt_lang if info else None, {name: _judged(done)}
+
+
+def _published(name: str, langpair: str | None, refs, src) -> PublishedSet:
+    """A sacrebleu test set in place of --src and --ref."""
+    if refs or src:
+        raise click.UsageError("--test-set gives the source and the references: no --src or --ref")
+    return published_set(name, langpair)
 
 
 def _judged(done: list) -> dict | None:
@@ -120,13 +130,15 @@ def _table(results: dict[str, list[Score]], n_lines: int, judged: dict) -> Table
 
 @click.command("eval")
 @click.option(
-    "--ref",
-    "-r",
-    "refs",
-    multiple=True,
-    required=True,
-    help="Reference file (repeat for several references).",
-)
+    "--ref", "-r", "refs", multiple=True,
+    help="Reference file (repeat for several references); or --test-set.",
+)  # fmt: skip
+@click.option(
+    "--test-set", "test_set_name", metavar="NAME",
+    help="A test set from sacrebleu's catalogue (wmt20, wmt22, ...): its source and references, "
+    "downloaded once into $SACREBLEU; with --hyp, scores it, else translates its source.",
+)  # fmt: skip
+@click.option("--langpair", metavar="SRC-TGT", help="The --test-set's language pair (en-zh).")
 @click.option(
     "--hyp", "hyps", multiple=True, help="Hypothesis file, '-' = stdin (repeat to compare systems)."
 )
@@ -169,10 +181,20 @@ def _table(results: dict[str, list[Score]], n_lines: int, judged: dict) -> Table
 )
 @decode_options
 def eval_command(
-    refs, hyps, src, model, tgt_lang, tokenize, chrf_word_order, metrics, with_confidence,
-    bootstrap, as_json, device, threads, **decode,
+    refs, test_set_name, langpair, hyps, src, model, tgt_lang, tokenize, chrf_word_order, metrics,
+    with_confidence, bootstrap, as_json, device, threads, **decode,
 ) -> None:  # fmt: skip
     """Score translations with BLEU, chrF and TER (sacrebleu), with signatures."""
+    direction = None
+    if test_set_name:
+        published = _published(test_set_name, langpair, refs, src)
+        refs, tgt_lang = [str(p) for p in published.references], tgt_lang or published.tgt_lang
+        if not hyps:
+            src, direction = str(published.source), (published.src_lang, published.tgt_lang)
+    elif langpair:
+        raise click.UsageError("--langpair goes with --test-set")
+    elif not refs:
+        raise click.UsageError("give --ref files, or --test-set")
     if bool(src) == bool(hyps):
         raise click.UsageError("give either --src (to translate with a model) or --hyp files")
     names = [m.strip() for m in metrics.split(",") if m.strip()]
@@ -183,7 +205,7 @@ def eval_command(
     if src:
         build_decode_config(**decode)  # a bad decoding flag is one line before any file is read
     ref_lines = [_read(r) for r in refs]
-    systems, model_lang, judged = _systems(src, hyps, model, device, threads, decode)
+    systems, model_lang, judged = _systems(src, hyps, model, device, threads, decode, direction)
     for name, lines in systems:
         check_lengths(lines, ref_lines, name, list(refs))
     choice = choose_bleu_tokenizer(

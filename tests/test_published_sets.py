@@ -55,7 +55,8 @@ def sacrebleu_cache(tmp_path):
 
 def _expected_bleu() -> tuple[float, list[str]]:
     """sacrebleu's corpus BLEU (zh tokenizer) of what `mtcli translate` gives the sources."""
-    result = CliRunner().invoke(main, ["translate", "-m", "en-zh-tiny"], input="".join(s + "\n" for s, _ in PAIRS))  # fmt: skip
+    sources = "".join(s + "\n" for s, _ in PAIRS)
+    result = CliRunner().invoke(main, ["translate", "-m", "en-zh-tiny"], input=sources)
     hyps = result.stdout.splitlines()
     assert len(hyps) == len(PAIRS)
     return sacrebleu.corpus_bleu(hyps, [[r for _, r in PAIRS]], tokenize="zh").score, hyps

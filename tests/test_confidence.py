@@ -314,12 +314,11 @@ def test_eval_prints_the_mean_confidence_beside_bleu(tmp_path):
 def test_the_server_gives_confidence_in_v1_when_asked_and_in_libretranslate_replies():
     from mtcli.engines.build import ready_to_decode
     from mtcli.serving.app import Models, ServeConfig, create_app, mtcli_served
+    from tests.test_serve import _wait_ready
 
     models = Models(lambda: [mtcli_served("en-zh-tiny", ready_to_decode(load_model(EN_ZH)), "cpu")])
     with TestClient(create_app(models, ServeConfig())) as c:
-        for _ in range(300):
-            if c.get("/health").status_code == 200:
-                break
+        assert _wait_ready(c)  # the model loads in the background (slower beside other tests)
         asked = c.post(
             "/v1/translate", json={"lines": [GOOD, FAR], "source": "en", "confidence": True}
         ).json()

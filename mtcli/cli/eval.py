@@ -10,7 +10,7 @@ from rich.table import Table
 
 from mtcli.cli.console import console, warn
 from mtcli.cli.options import build_decode_config, decode_options
-from mtcli.data.published_sets import PublishedSet, published_set
+from mtcli.data.published_sets import published_set
 from mtcli.data.textio import read_lines
 from mtcli.engines.build import EngineOptions, build_translator, chosen_model, model_for_text
 from mtcli.engines.calibration import WEIGHTS_FILE
@@ -54,11 +54,29 @@ def _systems(
     return [(name, [t.text for t in done])], info.tgt_lang if info else None, {name: _judged(done)}
 
 
-def _published(name: str, langpair: str | None, refs, src) -> PublishedSet:
-    """A sacrebleu test set in place of --src and --ref."""
+def _metric_names(metrics: str) -> list[str]:
+    names = [m.strip() for m in metrics.split(",") if m.strip()]
+    if bad := [m for m in names if m not in ("bleu", "chrf", "ter")]:
+        raise click.BadParameter(f"unknown metric(s) {', '.join(bad)}", param_hint="--metrics")
+    return names
+
+
+def _inputs(test_set_name, langpair, refs, src, hyps, tgt_lang) -> tuple:
+    """(refs, src, tgt_lang, direction): as given, or a sacrebleu test set's files in place of
+    --ref and --src (direction: its pair, which then chooses the model; None otherwise)."""
+    if not test_set_name:
+        if langpair:
+            raise click.UsageError("--langpair goes with --test-set")
+        if not refs:
+            raise click.UsageError("give --ref files, or --test-set")
+        return refs, src, tgt_lang, None
     if refs or src:
         raise click.UsageError("--test-set gives the source and the references: no --src or --ref")
-    return published_set(name, langpair)
+    published = published_set(test_set_name, langpair)
+    refs, tgt_lang = [str(p) for p in published.references], tgt_lang or published.tgt_lang
+    if hyps:
+        return refs, None, tgt_lang, None
+    return refs, str(published.source), tgt_lang, (published.src_lang, published.tgt_lang)
 
 
 def _judged(done: list) -> dict | None:
@@ -185,21 +203,10 @@ def eval_command(
     with_confidence, bootstrap, as_json, device, threads, **decode,
 ) -> None:  # fmt: skip
     """Score translations with BLEU, chrF and TER (sacrebleu), with signatures."""
-    direction = None
-    if test_set_name:
-        published = _published(test_set_name, langpair, refs, src)
-        refs, tgt_lang = [str(p) for p in published.references], tgt_lang or published.tgt_lang
-        if not hyps:
-            src, direction = str(published.source), (published.src_lang, published.tgt_lang)
-    elif langpair:
-        raise click.UsageError("--langpair goes with --test-set")
-    elif not refs:
-        raise click.UsageError("give --ref files, or --test-set")
+    refs, src, tgt_lang, direction = _inputs(test_set_name, langpair, refs, src, hyps, tgt_lang)
     if bool(src) == bool(hyps):
         raise click.UsageError("give either --src (to translate with a model) or --hyp files")
-    names = [m.strip() for m in metrics.split(",") if m.strip()]
-    if bad := [m for m in names if m not in ("bleu", "chrf", "ter")]:
-        raise click.BadParameter(f"unknown metric(s) {', '.join(bad)}", param_hint="--metrics")
+    names = _metric_names(metrics)
     if list(hyps).count("-") + list(refs).count("-") > 1:
         raise click.BadParameter("stdin can be read once", param_hint="--hyp/--ref")
     if src:

@@ -147,3 +147,29 @@ def test_the_pulled_models_folder_follows_xdg_data_home(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert user_models_dir() == tmp_path / "home" / ".local" / "share" / "mtcli" / "models"
+
+
+def test_a_models_languages_come_from_its_files_or_its_name_and_are_never_guessed(
+    tmp_path, marian_dir
+):
+    """tokenizer_config.json's codes (ISO 639-3 ones made two-letter), else metadata.json's,
+    else an OPUS-MT name; none of them: one line asking for --from/--to (it was en->zh)."""
+    from mtcli.store.hf_import import languages
+
+    folder = tmp_path / "bare"
+    assert languages(folder, {"source_lang": "eng", "target_lang": "zho"}, "x", {}) == {
+        "src_lang": "en", "tgt_lang": "zh"}  # fmt: skip
+    assert languages(folder, {}, "opus-mt-de-fr", {"tgt_lang": "es"}) == {
+        "src_lang": "de", "tgt_lang": "es"}  # fmt: skip
+    folder.mkdir()
+    (folder / "metadata.json").write_text('{"src_alpha2": "ja", "tgt_alpha2": "ko"}')
+    assert languages(folder, {}, "x", {}) == {"src_lang": "ja", "tgt_lang": "ko"}
+    (folder / "metadata.json").unlink()
+    with pytest.raises(UserError, match="which language the model writes; --to gives it"):
+        languages(folder, {"source_lang": "en"}, "my-model", {})
+    for path in marian_dir.iterdir():
+        if path.name != "tokenizer_config.json":
+            (folder / path.name).write_bytes(path.read_bytes())
+    with pytest.raises(UserError, match="--from gives it"):
+        import_huggingface(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

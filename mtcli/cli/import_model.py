@@ -19,10 +19,13 @@ def import_group() -> None:
 @click.option(
     "--force", is_flag=True, help="Replace an --out that is not an mtcli model directory."
 )
-def huggingface(directory, out, force) -> None:
+@click.option("--from", "src_lang", help="Its source language, where its files do not say.")
+@click.option("--to", "tgt_lang", help="Its target language, where its files do not say.")
+def huggingface(directory, out, force, src_lang, tgt_lang) -> None:
     """A MarianMT directory (config.json, model.safetensors, source/target.spm, vocab.json)."""
     import_torch()
     from mtcli.store.hf_import import import_huggingface
 
-    import_huggingface(directory, out, force=force)
+    langs = {"src_lang": src_lang, "tgt_lang": tgt_lang}
+    import_huggingface(directory, out, force=force, langs=langs)
     console.print(f"wrote {out} (mtcli model; translate with -m {out})", markup=False)

@@ -107,6 +107,17 @@ def read_json(path: Path):
         raise UserError(f"{path}: invalid JSON ({e})") from None
 
 
+def read_json_object(path: Path, missing: str = "missing") -> dict:
+    """A JSON file that must hold an object: one line naming the file when it is absent
+    (`missing` says why it should be there), invalid, or another kind of value."""
+    if not path.is_file():
+        raise UserError(f"{path}: {missing}")
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
 def read_chunks(fd: int, max_lines: int, name: str = "stdin") -> Iterator[list[str]]:
     """Lines from a file descriptor in chunks of at most `max_lines`.
 

@@ -25,6 +25,7 @@ naming the field otherwise:
 from __future__ import annotations
 
 import dataclasses
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -35,7 +36,7 @@ from safetensors.torch import load_file
 
 from mtcli import files
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, ModelConfig, build
-from mtcli.data.textio import read_json
+from mtcli.data.textio import read_json_object
 from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import SaveRequest, save_model
@@ -46,13 +47,8 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"
 
 
 def _read_json(path: Path) -> dict:
-    """A JSON object of the directory (textio.read_json names the file of invalid JSON)."""
-    if not path.is_file():
-        raise UserError(f"{path}: missing (a MarianMT directory has it)")
-    value = read_json(path)
-    if not isinstance(value, dict):
-        raise UserError(f"{path}: expected a JSON object, found {type(value).__name__}")
-    return value
+    """A JSON object of the directory."""
+    return read_json_object(path, "missing (a MarianMT directory has it)")
 
 
 # mtcli's field <- MarianConfig's: the sizes every MarianMT config.json has
@@ -260,7 +256,7 @@ def _embeddings(w: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return enc, dec
 
 
-def _weights(src: Path) -> dict[str, torch.Tensor]:
+def _weights(src: Path) -> tuple[dict[str, torch.Tensor], Path]:
     """model.safetensors, else pytorch_model.bin read as tensors only (weights_only: a pickle
     that would run code is refused), as many published MarianMT repositories still have it."""
     path = src / "model.safetensors"
@@ -273,23 +269,37 @@ def _weights(src: Path) -> dict[str, torch.Tensor]:
                 weights = torch.load(bin_path, map_location="cpu", weights_only=True)
         else:
             weights = load_file(str(path))
-        return {k: v.float() for k, v in weights.items()}
+        return {k: v.float() for k, v in weights.items()}, path
     except FileNotFoundError:
         raise UserError(f"{path}: missing (a MarianMT directory has it)") from None
     except Exception as e:  # safetensors', torch's and pickle's own errors for damaged data
         raise UserError(f"{path}: unreadable ({str(e).splitlines()[0][:200]})") from None
 
 
-def languages(src: Path, tokenizer: dict) -> dict[str, str]:
-    """The directory's source and target languages as two-letter codes where they are known:
-    tokenizer_config.json's, else OPUS-MT's metadata.json's, else en/zh (mtcli's own pair)."""
+def languages(src: Path, tokenizer: dict, name: str, given: dict) -> dict[str, str]:
+    """The model's source and target languages (two-letter codes where mtcli knows them):
+    `given` (--from/--to), else tokenizer_config.json's, else OPUS-MT's metadata.json's, else
+    an OPUS-MT name (opus-mt-en-zh); a side none of them names is one line, never a guess."""
     meta_file = src / "metadata.json"
     meta = _read_json(meta_file) if meta_file.is_file() else {}
+    named = OPUS_NAME.search(name)
+    sides = (("src_lang", "source_lang", "--from"), ("tgt_lang", "target_lang", "--to"))
     found = {}
-    for side, theirs in (("src_lang", "source_lang"), ("tgt_lang", "target_lang")):
-        code = tokenizer.get(theirs) or meta.get(f"{side[:3]}_alpha2") or ""
-        found[side] = ALPHA3.get(str(code), str(code)) or ("en" if side == "src_lang" else "zh")
+    for n, (side, theirs, flag) in enumerate(sides):
+        code = str(
+            given.get(side) or tokenizer.get(theirs) or meta.get(f"{side[:3]}_alpha2")
+            or (named.group(n + 1) if named else "")
+        )  # fmt: skip
+        if not code:
+            raise UserError(
+                f"{src}: neither tokenizer_config.json nor metadata.json says which language "
+                f"the model {'reads' if n == 0 else 'writes'}; {flag} gives it"
+            )
+        found[side] = ALPHA3.get(code, code)
     return found
+
+
+OPUS_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$")  # Helsinki-NLP's repository names
 
 
 # the ISO 639-3 codes OPUS-MT's files use for the languages mtcli's text layer knows
@@ -336,17 +346,19 @@ def _mapping(src: Path, config: dict, tokenizer: dict, weights: dict) -> tuple[d
 
 def import_huggingface(
     src: str | Path, out: str | Path, *, force: bool = False, langs: dict | None = None,
-    origin: str | None = None,
+    origin: str | None = None, name: str | None = None,
 ) -> Path:  # fmt: skip
     """Write the MarianMT directory `src` as an mtcli model directory at `out`; `langs`
-    (src_lang/tgt_lang) over what the directory says, `origin` recorded as imported_from."""
+    (src_lang/tgt_lang) over what the directory says, `origin` recorded as imported_from,
+    `name` the repository's (its languages where its files do not say them)."""
     src, out = Path(src), Path(out)
     files.check_replaceable(out, "model", "--out", force, reads=[src])
     config = _read_json(src / "config.json")
     cfg = model_config(config, src / "config.json")
     tok_file = src / "tokenizer_config.json"
     tokenizer = _read_json(tok_file) if tok_file.is_file() else {}
-    weights = _weights(src)
+    langs = languages(src, tokenizer, name or src.name, langs or {})  # before the weights load
+    weights, weights_file = _weights(src)
     models, rows, shape = _mapping(src, config, tokenizer, weights)
     cfg = dataclasses.replace(cfg, **shape)
     model = Seq2Seq(cfg)
@@ -354,11 +366,10 @@ def import_huggingface(
         model.load_state_dict(mtcli_state_dict(weights, cfg, rows))
     except KeyError as e:
         raise UserError(
-            f"{src / 'model.safetensors'}: no tensor {e.args[0]}, which config.json's shape has"
+            f"{weights_file}: no tensor {e.args[0]}, which config.json's shape has"
         ) from None
     except (RuntimeError, IndexError) as e:  # a tensor of another shape than config.json says
-        raise UserError(f"{src / 'model.safetensors'}: {str(e).splitlines()[0][:200]}") from None
-    langs = languages(src, tokenizer) | {k: v for k, v in (langs or {}).items() if v}
+        raise UserError(f"{weights_file}: {str(e).splitlines()[0][:200]}") from None
     extra = {"imported_from": origin or str(src)}
     with tempfile.TemporaryDirectory() as tmp:
         _tokenizer_dir(models, Path(tmp) / "tokenizer")

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtcli import files
+from mtcli.data.textio import read_json_object
 from mtcli.errors import UserError
 from mtcli.store.model_dir import CONFIG_FILE, WEIGHTS_FILE
-from mtcli.store.registry import CARD_FILE, read_card, user_models_dir
+from mtcli.store.registry import CARD_FILE, describe, read_card, user_models_dir
 
 # ORG/NAME as the hub spells repository ids (huggingface_hub's validator, without its import)
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
@@ -45,7 +46,7 @@ class PullRequest:
 
 def check_pull(req: PullRequest) -> Path:
     """Where the model will be written, once the request is known to be sound (before any
-    download): a repository id as the hub spells it, a plain name, an --name not the user's."""
+    download): a repository id as the hub spells it, a plain name, a --name not yet taken."""
     if not REPO_ID.fullmatch(req.repo_id) or ".." in req.repo_id:
         raise UserError(
             f"{req.repo_id!r}: not a hub repository id (ORG/NAME: Helsinki-NLP/opus-mt-en-zh)"
@@ -56,9 +57,9 @@ def check_pull(req: PullRequest) -> Path:
     if req.revision is not None and not req.revision.strip():
         raise UserError("--revision: empty (a branch, a tag or a commit hash)")
     out = user_models_dir() / name
-    files.check_replaceable(out, "model", "--name", req.force)
-    if out.exists() and not req.force:
-        raise UserError(f"--name {name}: already pulled ({out}); --force pulls it again")
+    if out.exists() and not req.force:  # the folder is mtcli's; what is in it may be the user's
+        what = "already pulled" if describe(out) else "taken by something not a model"
+        raise UserError(f"--name {name}: {what} ({out}); --force replaces it")
     return out
 
 
@@ -74,7 +75,9 @@ def pull(req: PullRequest, out: Path, progress: bool) -> tuple[Path, str]:
     if config.get("model_type") == "marian":
         from mtcli.store.hf_import import import_huggingface  # torch: only for this kind
 
-        import_huggingface(snapshot, out, force=True, langs=langs, origin=origin)
+        import_huggingface(
+            snapshot, out, force=True, langs=langs, origin=origin, name=req.repo_id.split("/")[1]
+        )
     elif "model" in config and (snapshot / WEIGHTS_FILE).is_file():
         _copy_mtcli_dir(snapshot, out, langs, origin)
     else:
@@ -137,15 +140,7 @@ def _snapshot(req: PullRequest, progress: bool) -> Path:
 
 
 def _config(snapshot: Path) -> dict:
-    from mtcli.data.textio import read_json
-
-    path = snapshot / CONFIG_FILE
-    if not path.is_file():
-        raise UserError(f"{path}: missing (every model repository has a config.json)")
-    config = read_json(path)
-    if not isinstance(config, dict):
-        raise UserError(f"{path}: expected a JSON object, found {type(config).__name__}")
-    return config
+    return read_json_object(snapshot / CONFIG_FILE, "missing (every model repository has one)")
 
 
 def _copy_mtcli_dir(snapshot: Path, out: Path, langs: dict, origin: str) -> None:
@@ -156,7 +151,7 @@ def _copy_mtcli_dir(snapshot: Path, out: Path, langs: dict, origin: str) -> None
     with files.built_aside(out, CONFIG_FILE) as tmp:
         shutil.copytree(snapshot, tmp, dirs_exist_ok=True)
         config = _config(tmp)
-        config |= {k: v for k, v in langs.items() if v} | {"pulled_from": origin}
+        config |= {k: v for k, v in langs.items() if v} | {"imported_from": origin}
         files.write_json(tmp / CONFIG_FILE, config)
         check_model_dir(tmp)
 

@@ -23,7 +23,7 @@ from mtcli.config import (
     build,
     why_not,
 )
-from mtcli.data.textio import read_json
+from mtcli.data.textio import read_json_object
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.errors import UserError
 
@@ -56,9 +56,7 @@ def read_config(path: str | Path) -> dict:
         raise UserError(f"{path}: no such model directory")
     if not cfg_path.is_file():
         raise UserError(f"{path}: not a model directory (no {CONFIG_FILE}){_models_inside(path)}")
-    config = read_json(cfg_path)
-    if not isinstance(config, dict):
-        raise UserError(f"{cfg_path}: expected a JSON object, found {type(config).__name__}")
+    config = read_json_object(cfg_path)
     fmt = config.get("format", 0)
     if not isinstance(fmt, int) or isinstance(fmt, bool):
         raise UserError(f"{cfg_path}: format must be an integer, not {fmt!r}")

@@ -215,9 +215,10 @@ def test_an_opus_mt_numbered_model_is_renumbered_and_decodes_the_same(tmp_path):
     for side in texts:
         shutil.copyfile(tmp_path / f"{side}.model", directory / f"{side}.spm")
     (directory / "vocab.json").write_text(json.dumps(vocab))
-    result = CliRunner().invoke(
-        main, ["import", "huggingface", str(directory), "--out", str(tmp_path / "mine")]
-    )
+    args = ["import", "huggingface", str(directory), "--out", str(tmp_path / "mine")]
+    result = CliRunner().invoke(main, args)  # no file says its languages: refused, not guessed
+    assert result.exit_code == 2 and "--from gives it" in result.output
+    result = CliRunner().invoke(main, [*args, "--from", "en", "--to", "xx"])
     assert result.exit_code == 0, result.output
     loaded = load_model(tmp_path / "mine")
     ours_tok, cfg = loaded.tokenizer, loaded.model.cfg

@@ -243,13 +243,16 @@ def clean_leftovers(
 # ---------------------------------------------------------------- what mtcli may replace
 # Each kind of directory mtcli writes, by the file that marks it and every name it may hold.
 _TOKENIZER_FILES = r"tokenizer\.json|[^/]+\.model"  # a CTranslate2 export keeps these too
+# a CTranslate2 model's config and vocabularies (.txt before CTranslate2 3.0), and the tokenizer
+# files an imported one keeps under their own names
+_CT2_FILES = r"config\.json|\w+\.json|\w+_vocabulary\.txt|(source|target)\.spm"
 _HF_FILES = r"config\.json|model\.safetensors|(source|target)\.spm|\w+\.json|README\.md"  # a MarianMT export
 _STORE_FILES = r"(src|tgt)\.(ids|offsets|lengths|text|text_offsets)"  # a token store's arrays
 _MODEL_FILES = r"config\.json|model\.safetensors|trainer_state\.pt|README\.md"  # README: its card
 KINDS = {
     "model": ("config.json", re.compile(rf"^({_MODEL_FILES}|{_TOKENIZER_FILES})$")),
     "tokenizer": ("tokenizer.json", re.compile(rf"^({_TOKENIZER_FILES})$")),
-    "ct2": ("mtcli.json", re.compile(rf"^(mtcli\.json|model\.bin|config\.json|\w+\.json|{_TOKENIZER_FILES})$")),
+    "ct2": ("mtcli.json", re.compile(rf"^(mtcli\.json|model\.bin|{_CT2_FILES}|{_TOKENIZER_FILES})$")),
     "huggingface": ("config.json", re.compile(rf"^({_HF_FILES})$")),
     "tokens": ("manifest.json", re.compile(rf"^(manifest\.json|tokenizer|{_STORE_FILES})$")),
     "distill": ("distill.json", re.compile(r"^(distill\.json|teacher|init|student|model)$")),

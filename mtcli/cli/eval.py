@@ -9,13 +9,12 @@ from rich.console import Console
 from rich.table import Table
 
 from mtcli.cli.console import console, warn
-from mtcli.cli.options import build_decode_config, decode_options
+from mtcli.cli.options import build_decode_config, decode_options, engine_option
 from mtcli.data.published_sets import published_set
 from mtcli.data.textio import read_lines
 from mtcli.engines.build import EngineOptions, build_translator, chosen_model, model_for_text
 from mtcli.engines.calibration import WEIGHTS_FILE
 from mtcli.engines.routing import stream
-from mtcli.store.registry import describe
 from mtcli.training.metrics import (
     BLEU_TOKENIZERS,
     MetricOptions,
@@ -34,7 +33,7 @@ def _read(path: str) -> list[str]:
 
 
 def _systems(
-    src, hyps, model, device: str, threads: int, decode: dict, direction=None
+    src, hyps, model, how: dict, decode: dict, direction=None
 ) -> tuple[list, str | None, dict]:
     """(name, lines) of each system to score: the --hyp files, or --src translated by the model
     (also returning the model's target language, and its translations' mean confidence and
@@ -47,11 +46,11 @@ def _systems(
     chosen = chosen_model(model, *direction, warn=warn) if direction else None
     model_dir = chosen or model_for_text(model, sources[:200])
     judged = (model_dir / WEIGHTS_FILE).is_file()  # the model's own confidence, beside BLEU
-    options = EngineOptions(device=device, threads=threads, warn=warn, confidence=judged)
+    options = EngineOptions(**how, warn=warn, confidence=judged)
     translator = build_translator([model_dir], cfg, options)
     done = list(stream(translator.translate_chunk, sources, cfg.chunk_lines))
-    info, name = describe(model_dir), model or model_dir.name
-    return [(name, [t.text for t in done])], info.tgt_lang if info else None, {name: _judged(done)}
+    name = model or model_dir.name
+    return [(name, [t.text for t in done])], translator.tgt_lang, {name: _judged(done)}
 
 
 def _metric_names(metrics: str) -> list[str]:
@@ -197,10 +196,11 @@ def _table(results: dict[str, list[Score]], n_lines: int, judged: dict) -> Table
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object on stdout instead of a table."
 )
+@engine_option("the model")
 @decode_options
 def eval_command(
     refs, test_set_name, langpair, hyps, src, model, tgt_lang, tokenize, chrf_word_order, metrics,
-    with_confidence, bootstrap, as_json, device, threads, **decode,
+    with_confidence, bootstrap, as_json, device, threads, engine, **decode,
 ) -> None:  # fmt: skip
     """Score translations with BLEU, chrF and TER (sacrebleu), with signatures."""
     refs, src, tgt_lang, direction = _inputs(test_set_name, langpair, refs, src, hyps, tgt_lang)
@@ -212,7 +212,8 @@ def eval_command(
     if src:
         build_decode_config(**decode)  # a bad decoding flag is one line before any file is read
     ref_lines = [_read(r) for r in refs]
-    systems, model_lang, judged = _systems(src, hyps, model, device, threads, decode, direction)
+    how = {"device": device, "threads": threads, "engine": engine}
+    systems, model_lang, judged = _systems(src, hyps, model, how, decode, direction)
     for name, lines in systems:
         check_lengths(lines, ref_lines, name, list(refs))
     choice = choose_bleu_tokenizer(

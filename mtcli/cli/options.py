@@ -92,8 +92,8 @@ def engine_option(what: str):
         type=click.Choice(["mtcli", "ctranslate2"]),
         default="mtcli",
         show_default=True,
-        help=f"ctranslate2: {what} exported with `mtcli export --format ctranslate2` "
-        "(pip install 'mtcli[ct2]').",
+        help=f"ctranslate2: {what} exported with `mtcli export --format ctranslate2` or "
+        "brought by `mtcli import ctranslate2|argos` (pip install 'mtcli[ct2]').",
     )
 
 

@@ -14,9 +14,11 @@ import copy
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-from mtcli.config import SPECIAL_IDS, DecodeConfig
+from mtcli.config import DecodeConfig
+from mtcli.data.textio import read_json_object
 from mtcli.device import available_cpus
 from mtcli.engines.result import Translation
 from mtcli.engines.routing import Truncator
@@ -27,13 +29,37 @@ MARKER = "mtcli.json"
 
 
 def check_ct2_dir(path: Path) -> dict:
-    """What mtcli wrote beside a CTranslate2 export (languages, positions); a directory that
-    is not one is one line, for every caller (translate, eval, serve)."""
+    """What mtcli wrote beside a CTranslate2 model (languages, positions, how its source is
+    fed); a directory that is not one is one line, for every caller (translate, eval, serve)."""
     if not ((path / MARKER).is_file() and (path / "model.bin").is_file()):
         raise UserError(
-            f"{path}: not a CTranslate2 export of mtcli (make one with `mtcli export --format ctranslate2`)"
+            f"{path}: not a CTranslate2 model of mtcli's (make one with `mtcli export --format "
+            "ctranslate2`, or bring one with `mtcli import ctranslate2` or `mtcli import argos`)"
         )
     return json.loads((path / MARKER).read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class Feeding:
+    """How a model's pieces go in and come out, beyond its vocabulary (mtcli.json; an mtcli
+    export's defaults): what is put before the source pieces and whether </s> ends them (a model
+    whose CTranslate2 config adds </s> itself gets none from here), the target pieces every
+    output starts with (an Argos package's target_prefix, removed from the text), and the pieces
+    never to generate."""
+
+    source_prefix: tuple[str, ...] = ()
+    source_eos: bool = True
+    target_prefix: tuple[str, ...] = ()
+    never_generate: tuple[str, ...] = ("<pad>", "<s>")
+
+    @classmethod
+    def of(cls, meta: dict, config: dict) -> Feeding:
+        """mtcli.json's fields; none of mtcli's </s> where CTranslate2's config adds its own."""
+        known = {f.name for f in fields(cls)}
+        given = {k: tuple(v) if isinstance(v, list) else v for k, v in meta.items() if k in known}
+        if config.get("add_source_eos"):
+            given["source_eos"] = False
+        return cls(**given)
 
 
 def ct2_languages(path: Path) -> tuple[str, str]:
@@ -85,7 +111,11 @@ class CT2Translator:
         tok = json.loads((path / "tokenizer.json").read_text(encoding="utf-8"))
         self.src = spm.SentencePieceProcessor(model_file=str(path / tok["src_model"]))
         self.tgt = spm.SentencePieceProcessor(model_file=str(path / tok["tgt_model"]))
-        self.max_src_tokens = int(meta["max_positions"]) - 1
+        self.feeding = Feeding.of(meta, read_json_object(path / "config.json"))
+        # the positions hold the source's pieces, what goes before them and its </s>
+        self.max_src_tokens = (
+            int(meta["max_positions"]) - len(self.feeding.source_prefix) - self.feeding.source_eos
+        )
         self.src_lang, self.tgt_lang = meta["src_lang"], meta["tgt_lang"]
         self.generation = generation_defaults(meta, path / MARKER)
         self.cfg, self.warn = cfg.with_generation(self.generation), warn
@@ -118,7 +148,9 @@ class CT2Translator:
         return other
 
     def _source(self, line: str) -> list[str]:
-        return self.truncate(self.src.encode(line, out_type=str))[0] + ["</s>"]
+        feed = self.feeding
+        pieces = self.truncate(self.src.encode(line, out_type=str))[0]
+        return [*feed.source_prefix, *pieces, *(["</s>"] if feed.source_eos else [])]
 
     def translate_chunk(
         self,
@@ -138,17 +170,17 @@ class CT2Translator:
         # its line's: exact for greedy search, whose tokens do not depend on the limit
         # (calling once per source length was 10-20% slower here)
         limits = [max_output_tokens(len(src), self.cfg, self.max_src_tokens) for src in sources]
-        options = self._options(max(limits), [prefixes[i] for i in rows] if prefixes else None)
+        options = self._options(max(limits), [prefixes[i] if prefixes else None for i in rows])
         outputs = self.translator.translate_batch(sources, **options)
         for i, source, limit, out in zip(rows, sources, limits, outputs, strict=True):
+            whole = [self._without_target_prefix(hyp) for hyp in out.hypotheses]
             hyps = [
-                (hyp[:limit], float(score))
-                for hyp, score in zip(out.hypotheses, out.scores, strict=True)
+                (hyp[:limit], float(score)) for hyp, score in zip(whole, out.scores, strict=True)
             ]
             # an output that reached its line's limit ends there with </s>, as in mtcli's search:
             # its score is what is kept's with that </s> (CTranslate2 scored the longer output,
             # or, stopped at its own limit, one without </s>)
-            cut = [j for j, hyp in enumerate(out.hypotheses) if len(hyp) >= limit]
+            cut = [j for j, hyp in enumerate(whole) if len(hyp) >= limit]
             if cut:
                 rescored = self._scores(source, [hyps[j][0] for j in cut])
                 for j, score in zip(cut, rescored, strict=True):
@@ -162,42 +194,49 @@ class CT2Translator:
         """CTranslate2's score of each kept hypothesis, ended by </s> at its line's limit as
         mtcli's search ends it: summed log-probabilities (</s> included) / length ** penalty,
         its own normalisation (checked: its translate scores are exactly this)."""
+        kept = [[*self.feeding.target_prefix, *hyp] for hyp in kept]
         scored = self.translator.score_batch([source] * len(kept), kept)
         alpha = self.cfg.length_penalty
         return [sum(s.log_probs) / len(s.log_probs) ** alpha for s in scored]
 
-    def _options(self, limit: int, prefixes: list[str | None] | None) -> dict:
+    def _options(self, limit: int, prefixes: list[str | None]) -> dict:
         """translate_batch's settings, with at most `limit` output tokens."""
         cfg = self.cfg
         options = dict(
             beam_size=1 if cfg.sample else cfg.beam_size, num_hypotheses=cfg.nbest,
             length_penalty=cfg.length_penalty, return_scores=True,
-            max_decoding_length=limit,
+            max_decoding_length=limit + len(self.feeding.target_prefix),
             # CTranslate2 counts padded source tokens; --batch-tokens counts them x the rows of
             # each line (beam or draws), so at beam 5 the same budget is a fifth of the tokens
             no_repeat_ngram_size=cfg.no_repeat_ngram, max_batch_size=cfg.source_tokens_per_batch,
             batch_type="tokens",
             # mtcli never produces <pad> or <s> (decode._mask_never_generated); untrained
             # or odd models otherwise gave them here
-            suppress_sequences=[["<pad>"], ["<s>"]],
+            suppress_sequences=[[piece] for piece in self.feeding.never_generate] or None,
         )  # fmt: skip
         if cfg.sample:
             options.update(
                 sampling_topk=cfg.top_k or self.tgt.get_piece_size(),
                 sampling_topp=cfg.top_p, sampling_temperature=cfg.temperature,
             )  # fmt: skip
-        if prefixes and any(prefixes):
+        fixed = list(self.feeding.target_prefix)
+        if any(prefixes) or fixed:
             options["target_prefix"] = [
-                self.tgt.encode(p, out_type=str) if p else None for p in prefixes
+                fixed + (self.tgt.encode(p, out_type=str) if p else []) or None for p in prefixes
             ]
         return options
 
+    def _without_target_prefix(self, hyp: list[str]) -> list[str]:
+        n = len(self.feeding.target_prefix)
+        return hyp[n:] if n and tuple(hyp[:n]) == self.feeding.target_prefix else hyp
+
     def _detokenize(self, pieces: list[str]) -> str:
-        """Pieces to text as mtcli's Tokenizer.decode_tgt does: special pieces dropped (an
-        <unk> printed as ⁇ here, and as nothing by mtcli's own engine)."""
-        return self.tgt.decode(
-            [i for i in map(self.tgt.piece_to_id, pieces) if i not in SPECIAL_IDS]
-        )
+        """Pieces to text as mtcli's Tokenizer.decode_tgt does: special pieces dropped, and
+        <unk>, and a piece the target model lacks (a vocabulary shared with the source's); by
+        the model's own marks, as an imported model numbers its specials otherwise."""
+        ids = map(self.tgt.piece_to_id, pieces)
+        special = lambda i: self.tgt.is_control(i) or self.tgt.is_unknown(i)  # noqa: E731
+        return self.tgt.decode([i for i in ids if not special(i)])
 
 
 def max_output_tokens(src_tokens: int, cfg: DecodeConfig, limit: int) -> int:

@@ -25,7 +25,6 @@ naming the field otherwise:
 from __future__ import annotations
 
 import dataclasses
-import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -41,6 +40,7 @@ from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import SaveRequest, save_model
 from mtcli.store.hf_export import marian_order
+from mtcli.store.model_languages import languages
 
 SPECIALS = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
@@ -274,37 +274,6 @@ def _weights(src: Path) -> tuple[dict[str, torch.Tensor], Path]:
         raise UserError(f"{path}: missing (a MarianMT directory has it)") from None
     except Exception as e:  # safetensors', torch's and pickle's own errors for damaged data
         raise UserError(f"{path}: unreadable ({str(e).splitlines()[0][:200]})") from None
-
-
-def languages(src: Path, tokenizer: dict, name: str, given: dict) -> dict[str, str]:
-    """The model's source and target languages (two-letter codes where mtcli knows them):
-    `given` (--from/--to), else tokenizer_config.json's, else OPUS-MT's metadata.json's, else
-    an OPUS-MT name (opus-mt-en-zh); a side none of them names is one line, never a guess."""
-    meta_file = src / "metadata.json"
-    meta = _read_json(meta_file) if meta_file.is_file() else {}
-    named = OPUS_NAME.search(name)
-    sides = (("src_lang", "source_lang", "--from"), ("tgt_lang", "target_lang", "--to"))
-    found = {}
-    for n, (side, theirs, flag) in enumerate(sides):
-        code = str(
-            given.get(side) or tokenizer.get(theirs) or meta.get(f"{side[:3]}_alpha2")
-            or (named.group(n + 1) if named else "")
-        )  # fmt: skip
-        if not code:
-            raise UserError(
-                f"{src}: neither tokenizer_config.json nor metadata.json says which language "
-                f"the model {'reads' if n == 0 else 'writes'}; {flag} gives it"
-            )
-        found[side] = ALPHA3.get(code, code)
-    return found
-
-
-OPUS_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$")  # Helsinki-NLP's repository names
-
-
-# the ISO 639-3 codes OPUS-MT's files use for the languages mtcli's text layer knows
-ALPHA3 = {"eng": "en", "zho": "zh", "cmn": "zh", "deu": "de", "fra": "fr", "spa": "es",
-          "jpn": "ja", "rus": "ru", "ara": "ar", "por": "pt", "ita": "it", "kor": "ko"}  # fmt: skip
 
 
 def _mapping(src: Path, config: dict, tokenizer: dict, weights: dict) -> tuple[dict, dict, dict]:

@@ -172,6 +172,8 @@ def check_model_files(path: str | Path) -> ModelFiles:
     """Every file of a model directory checked as far as it can be without building the model;
     raises UserError naming the first bad file."""
     path = resolve_dir(path)
+    if (path / "model.bin").is_file() and (path / "mtcli.json").is_file():
+        raise UserError(f"{path}: a CTranslate2 model; translate it with --engine ctranslate2")
     config = read_config(path)
     model_cfg = model_config(config, path / CONFIG_FILE)
     tokenizer = Tokenizer.load(path)

@@ -35,11 +35,23 @@ class OneSentence(sbd.ISentenceBoundaryDetectionModel):
     def split_sentences(self, text):
         return [text]
 
-translate.MiniSBDSentencizer = OneSentence
+translate.MiniSBDSentencizer = translate.StanzaSentencizer = OneSentence
 package.install_from_path(sys.argv[1])
 lines = json.loads(sys.stdin.read())
 print(json.dumps([translate.translate(line, "en", "zh") for line in lines], ensure_ascii=False))
 """
+
+
+def argos_translate(package, lines: list[str], tmp_path) -> list[str]:
+    """`lines` translated en -> zh by Argos itself, with `package` installed in a folder of its own."""
+    packages = tmp_path / "argos-packages"
+    env = {**os.environ, "HOME": str(tmp_path), "ARGOS_PACKAGES_DIR": str(packages),
+           "ARGOS_COMPUTE_TYPE": "float32", "ARGOS_DEBUG": "0"}  # fmt: skip
+    packages.mkdir()
+    proc = subprocess.run([sys.executable, "-c", ARGOS, str(package)], input=json.dumps(lines),
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
 
 
 def test_the_package_installs_and_translates_as_mtcli_s_ctranslate2_engine(tmp_path):
@@ -58,13 +70,7 @@ def test_the_package_installs_and_translates_as_mtcli_s_ctranslate2_engine(tmp_p
     assert {"translate-en_zh-1_0/metadata.json", "translate-en_zh-1_0/sentencepiece.model",
             "translate-en_zh-1_0/model/model.bin", "translate-en_zh-1_0/README.md"} <= set(names)  # fmt: skip
     lines = (TATOEBA / "test.en").read_text(encoding="utf-8").splitlines()[:50]
-    env = {**os.environ, "HOME": str(tmp_path), "ARGOS_PACKAGES_DIR": str(tmp_path / "packages"),
-           "ARGOS_COMPUTE_TYPE": "float32", "ARGOS_DEBUG": "0"}  # fmt: skip
-    (tmp_path / "packages").mkdir()
-    proc = subprocess.run([sys.executable, "-c", ARGOS, str(package)], input=json.dumps(lines),
-                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    argos = json.loads(proc.stdout)
+    argos = argos_translate(package, lines, tmp_path)
     ct2 = export_ctranslate2(SHIPPED, tmp_path / "ct2")
     ours = CT2Translator(
         ct2, DecodeConfig(beam_size=4, length_penalty=0.2), threads=2

@@ -100,7 +100,7 @@ def test_what_ctranslate2_cannot_do_is_one_line(exported, tmp_path):
         ),  # fmt: skip
         (
             ["translate", "--engine", "ctranslate2", "-m", str(SHIPPED), "x"],
-            "not a CTranslate2 export",
+            "not a CTranslate2 model of mtcli's",
         ),  # fmt: skip
         (
             [

@@ -17,7 +17,7 @@ import torch
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.config import EOS_ID
+from mtcli.config import EOS_ID, DecodeConfig
 from mtcli.data.batches import pad, padding_mask
 from mtcli.decoding.search import beam_search, greedy
 from mtcli.store.checkpoint import load_model
@@ -148,3 +148,38 @@ def test_opus_mt_as_published_decodes_as_transformers_does(opus_dir, tmp_path):
     assert counts["greedy"] == len(lines) and counts["beam ended"] == ended, counts
     assert ended >= 10 and counts["beam at the limit"] >= 5  # both cases met
     print(f"OPUS-MT-shaped: {counts} of {len(lines)} lines")
+
+
+def test_opus_mt_converted_by_ct2_transformers_converter_decodes_as_transformers_does(
+    opus_dir, tmp_path
+):
+    """ct2-transformers-converter's MarianMT (its decoder from </s> on a zero embedding, no
+    <pad>, </s> left to the caller): `mtcli import ctranslate2` feeds the source with </s>, and
+    mtcli's CTranslate2 engine gives transformers' greedy output on every test line."""
+    converters = pytest.importorskip("ctranslate2.converters")
+    from mtcli.engines.ct2 import CT2Translator, max_output_tokens
+
+    directory, marian, vocab, lines = opus_dir
+    converted = tmp_path / "ct2"
+    copied = ["source.spm", "target.spm", "tokenizer_config.json"]
+    converters.TransformersConverter(str(directory), copy_files=copied).convert(str(converted))
+    out = tmp_path / "opus-mt-en-zh-ct2"
+    result = CliRunner().invoke(main, ["import", "ctranslate2", str(converted), "--out", str(out)])
+    assert result.exit_code == 0 and "en->zh" in result.output and "with </s>" in result.output
+    cfg = DecodeConfig(beam_size=1)
+    ours = CT2Translator(out, cfg, threads=2)
+    source = spm.SentencePieceProcessor(model_file=str(directory / "source.spm"))
+    target = spm.SentencePieceProcessor(model_file=str(directory / "target.spm"))
+    by_id = {i: p for p, i in vocab.items()}
+    same = 0
+    for line, mine in zip(lines, ours.translate_chunk(lines), strict=True):
+        marian_src = torch.tensor(
+            [[vocab.get(p, 1) for p in source.encode(line, out_type=str)] + [0]]
+        )
+        limit = max_output_tokens(marian_src.size(1), ours.cfg, ours.max_src_tokens)
+        pieces = [by_id[i] for i in _generate(marian, marian_src, 1, limit)]
+        ids = [target.piece_to_id(p) for p in pieces]
+        same += mine.text == target.decode(
+            [i for i in ids if not (target.is_control(i) or target.is_unknown(i))]
+        )
+    assert same == len(lines), f"{same} of {len(lines)}"

@@ -1,0 +1,39 @@
+"""Which languages a model from elsewhere reads and writes, from what its files say; never a
+guess. Stdlib only: the MarianMT, CTranslate2 and hub imports all ask it before any weights load."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mtcli.data.textio import read_json_object
+from mtcli.errors import UserError
+
+OPUS_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$")  # Helsinki-NLP's repository names
+
+# the ISO 639-3 codes OPUS-MT's files use for the languages mtcli's text layer knows
+ALPHA3 = {"eng": "en", "zho": "zh", "cmn": "zh", "deu": "de", "fra": "fr", "spa": "es",
+          "jpn": "ja", "rus": "ru", "ara": "ar", "por": "pt", "ita": "it", "kor": "ko"}  # fmt: skip
+
+
+def languages(src: Path, tokenizer: dict, name: str, given: dict) -> dict[str, str]:
+    """The model's source and target languages (two-letter codes where mtcli knows them):
+    `given` (--from/--to), else tokenizer_config.json's, else OPUS-MT's metadata.json's, else
+    an OPUS-MT name (opus-mt-en-zh); a side none of them names is one line, never a guess."""
+    meta_file = src / "metadata.json"
+    meta = read_json_object(meta_file, "missing") if meta_file.is_file() else {}
+    named = OPUS_NAME.search(name)
+    sides = (("src_lang", "source_lang", "--from"), ("tgt_lang", "target_lang", "--to"))
+    found = {}
+    for n, (side, theirs, flag) in enumerate(sides):
+        code = str(
+            given.get(side) or tokenizer.get(theirs) or meta.get(f"{side[:3]}_alpha2")
+            or (named.group(n + 1) if named else "")
+        )  # fmt: skip
+        if not code:
+            raise UserError(
+                f"{src}: neither tokenizer_config.json nor metadata.json says which language "
+                f"the model {'reads' if n == 0 else 'writes'}; {flag} gives it"
+            )
+        found[side] = ALPHA3.get(code, code)
+    return found

@@ -246,6 +246,7 @@ _TOKENIZER_FILES = r"tokenizer\.json|[^/]+\.model"  # a CTranslate2 export keeps
 # a CTranslate2 model's config and vocabularies (.txt before CTranslate2 3.0), and the tokenizer
 # files an imported one keeps under their own names
 _CT2_FILES = r"config\.json|\w+\.json|\w+_vocabulary\.txt|(source|target)\.spm"
+_MTDATA_FILES = r"train\.[\w.-]+|train-parts|tests|mono-[\w-]+|references\.bib(\.bak)?|errors\.tsv"
 _HF_FILES = r"config\.json|model\.safetensors|(source|target)\.spm|\w+\.json|README\.md"  # a MarianMT export
 _STORE_FILES = r"(src|tgt)\.(ids|offsets|lengths|text|text_offsets)"  # a token store's arrays
 _MODEL_FILES = r"config\.json|model\.safetensors|trainer_state\.pt|README\.md"  # README: its card
@@ -256,6 +257,8 @@ KINDS = {
     "huggingface": ("config.json", re.compile(rf"^({_HF_FILES})$")),
     "tokens": ("manifest.json", re.compile(rf"^(manifest\.json|tokenizer|{_STORE_FILES})$")),
     "distill": ("distill.json", re.compile(r"^(distill\.json|teacher|init|student|model)$")),
+    # what `mtcli data get` leaves: mtdata's layout and get.json
+    "mtdata": ("get.json", re.compile(rf"^(get\.json|{_MTDATA_FILES})$")),
     "corpus": ("manifest.json", re.compile(r"^(manifest\.json|(train|valid|test)\.(src|tgt|attr))$")),
 }  # fmt: skip
 

@@ -1,5 +1,6 @@
-"""`mtcli data prepare` (a known corpus, fetched or local, or any aligned corpus of the user's)
-and `mtcli data binarize` (a corpus as token ids, stored once for training)."""
+"""`mtcli data prepare` (a known corpus, fetched or local, or any aligned corpus of the user's),
+`mtcli data get` (corpora of mtdata's catalogue) and `mtcli data binarize` (a corpus as token
+ids, stored once for training)."""
 
 from __future__ import annotations
 
@@ -130,6 +131,29 @@ def _prepare_own(src: str, tgt: str, out: str, opts: dict) -> None:
     console.print(note, soft_wrap=True, markup=False)
     _say_json(manifest, ("counts", "dropped"))
     console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json", markup=False)
+
+
+@data.command("get")
+@click.argument("names", nargs=-1, required=True, metavar="NAME...")
+@click.option(
+    "--out", required=True, help="Folder for the corpus (train.LANG files, as mtdata writes them)."
+)
+@click.option("--langpair", metavar="SRC-TGT",
+              help="Which side is the source (en-zh).  [default: the first NAME's order]")  # fmt: skip
+@click.option("--force", is_flag=True, help="Replace an --out that is not one `data get` wrote.")
+def get_command(names, out, langpair, force) -> None:
+    """Fetch parallel corpora by their mtdata ids (`mtdata list -l eng-zho` lists them)."""
+    from mtcli.data.mtdata_get import get_corpus
+
+    record = get_corpus(list(names), out, langpair, force)
+    src, tgt = (f"{out}/{record[side]}" for side in ("src", "tgt"))
+    console.print(
+        f"wrote {record['pairs']:,} pairs to {src} and {tgt}", markup=False, soft_wrap=True
+    )
+    console.print(
+        f"next: mtcli data prepare --src {src} --tgt {tgt} --src-lang {record['src_lang']} "
+        f"--tgt-lang {record['tgt_lang']} --out CORPUS", markup=False, soft_wrap=True,
+    )  # fmt: skip
 
 
 @data.command("binarize")

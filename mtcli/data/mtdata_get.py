@@ -17,8 +17,8 @@ import logging
 from pathlib import Path
 
 from mtcli import files
+from mtcli.data.language_codes import two_letter
 from mtcli.errors import UserError
-from mtcli.store.model_languages import ALPHA3
 
 MARKER = "get.json"
 
@@ -64,8 +64,7 @@ def _languages(langpair: str | None, first, bcp47) -> tuple:
 
 def _short(tag) -> str:
     """mtdata's language tag (eng) as mtcli names languages (en)."""
-    code = str(tag)
-    return ALPHA3.get(code, code)
+    return two_letter(str(tag))
 
 
 def get_corpus(

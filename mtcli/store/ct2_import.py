@@ -31,9 +31,10 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from mtcli import files
+from mtcli.data.language_codes import two_letter
 from mtcli.data.textio import read_json_object
 from mtcli.errors import UserError
-from mtcli.store.model_languages import ALPHA3, languages
+from mtcli.store.model_languages import languages
 
 MARKER = "mtcli.json"  # as ct2_export.py writes it, and engines/ct2.py reads it
 DEFAULT_POSITIONS = 512
@@ -268,7 +269,7 @@ def _argos_languages(meta: dict, package: Path) -> dict[str, str]:
     codes = {"src_lang": meta.get("from_code"), "tgt_lang": meta.get("to_code")}
     if not all(isinstance(c, str) and c for c in codes.values()):
         raise UserError(f"{package}: metadata.json names no from_code and to_code")
-    return {k: ALPHA3.get(v, v) for k, v in codes.items()}
+    return {k: two_letter(v) for k, v in codes.items()}
 
 
 def _package_members(package: Path) -> tuple[list[str], str]:

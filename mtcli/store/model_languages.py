@@ -6,14 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mtcli.data.language_codes import two_letter
 from mtcli.data.textio import read_json_object
 from mtcli.errors import UserError
 
 OPUS_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$")  # Helsinki-NLP's repository names
-
-# the ISO 639-3 codes OPUS-MT's files use for the languages mtcli's text layer knows
-ALPHA3 = {"eng": "en", "zho": "zh", "cmn": "zh", "deu": "de", "fra": "fr", "spa": "es",
-          "jpn": "ja", "rus": "ru", "ara": "ar", "por": "pt", "ita": "it", "kor": "ko"}  # fmt: skip
 
 
 def languages(src: Path, tokenizer: dict, name: str, given: dict) -> dict[str, str]:
@@ -35,5 +32,5 @@ def languages(src: Path, tokenizer: dict, name: str, given: dict) -> dict[str, s
                 f"{src}: neither tokenizer_config.json nor metadata.json says which language "
                 f"the model {'reads' if n == 0 else 'writes'}; {flag} gives it"
             )
-        found[side] = ALPHA3.get(code, code)
+        found[side] = two_letter(code)
     return found

@@ -295,3 +295,62 @@ def test_every_command_takes_an_imported_model(tmp_path):
     tuned = CliRunner().invoke(main, ["train", "--init", str(back), "--src", str(src), "--tgt", str(ref),
                                       "--out", str(tmp_path / "run"), "--max-steps", "1"])  # fmt: skip
     assert tuned.exit_code == 0, tuned.output
+
+
+STUDENT = """src_lang = "en"
+tgt_lang = "xx"
+max_tokens = 2048
+max_len = 40
+max_steps = 4
+warmup = 2
+lr_factor = 0.1
+log_every = 1
+[model]
+d_model = 32
+n_heads = 4
+n_enc_layers = 1
+n_dec_layers = 1
+d_ff = 64
+activation = "swish"
+share_embeddings = false
+max_positions = 64
+"""
+
+
+def test_an_imported_marian_teaches_a_student_end_to_end(tmp_path):
+    """pull -> distill -> ship with a teacher from outside: `mtcli distill --teacher` on an
+    imported MarianMT writes the teacher's outputs (greedy: transformers' own, line for line),
+    starts a one-layer student from the teacher's weights under its tokenizer, trains it and
+    exports a model that translates."""
+    marian, directory, tok = _random_marian(tmp_path)
+    teacher = tmp_path / "teacher"
+    imported = CliRunner().invoke(
+        main, ["import", "huggingface", str(directory), "--out", str(teacher)]
+    )
+    assert imported.exit_code == 0, imported.output
+    lines = copy_sentences(24, seed=5)
+    src = write_lines(tmp_path / "sources", lines)
+    (tmp_path / "student.toml").write_text(STUDENT)
+    args = ["distill", "--teacher", str(teacher), "--src", str(src), "--config", str(tmp_path / "student.toml"),
+            "--out", str(tmp_path / "kd"), "--beam-size", "1", "--average", "1"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "student's widths differ" not in result.output
+    taught = (tmp_path / "kd" / "teacher" / "train.tgt").read_text(encoding="utf-8").splitlines()
+    theirs = []
+    for line in lines:
+        ids = pad([tok.encode_src(line) + [EOS_ID]])
+        limit = int(1.5 * ids.size(1) + 10)
+        with torch.inference_mode():
+            out = marian.generate(input_ids=ids, max_new_tokens=limit + 1, num_beams=1, do_sample=False,
+                                  bad_words_ids=[[0], [2]])  # fmt: skip
+        theirs.append(tok.decode_tgt([i for i in out[0].tolist()[1:] if i not in (0, EOS_ID)]))
+    assert taught == theirs and sum(map(bool, theirs)) >= 12
+    init = load_model(tmp_path / "kd" / "init")
+    layer = marian.model.encoder.layers[0].fc1.bias
+    assert torch.equal(init.model.encoder_layers[0].ffn.up.bias, layer.detach())  # the teacher's
+    assert init.tokenizer.joint is False and (tmp_path / "kd" / "model" / "tgt.model").is_file()
+    translated = CliRunner().invoke(
+        main, ["translate", "-q", "-m", str(tmp_path / "kd" / "model"), lines[0]]
+    )
+    assert translated.exit_code == 0 and translated.stdout.count("\n") == 1

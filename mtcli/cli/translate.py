@@ -69,7 +69,9 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     help="Model name (`mtcli models`) or directory; repeat for an ensemble.  [default: by the script of each line]",
 )
 @click.option("--from", "src_lang", help="Source language: use the installed model from it (e.g. zh).")  # fmt: skip
-@click.option("--to", "tgt_lang", help="Target language: use the installed model into it (e.g. en).")  # fmt: skip
+@click.option("--to", "tgt_lang",
+              help="Target language: use the installed model into it (e.g. en); with a model "
+              "writing several (OPUS-MT's >>cmn_Hant<<), the one it writes.")  # fmt: skip
 @click.option(
     "--input",
     "-i",
@@ -151,7 +153,7 @@ def translate_command(
     check_output_file(output_path, "--output", force, reading=reading)
     options = EngineOptions(
         engine, device, threads, quantize or "", align, trace, _glossary(glossary), _warner(quiet), html=html,
-        confidence=confidence,
+        confidence=confidence, target_language=tgt_lang or "",
     )  # fmt: skip
     paths = [chosen_model(m) for m in models] or [
         chosen_model(None, src_lang, tgt_lang, options.warn)

@@ -7,6 +7,7 @@ The special ids are fixed here, once, and every other module imports them.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
+from mtcli.data.language_codes import two_letter
 from mtcli.data.placeholders import PIECE, all_pieces, extended_model
 from mtcli.data.textio import read_json, read_lines
 from mtcli.device import available_cpus
@@ -177,9 +179,15 @@ class Tokenizer:
         tgt: spm.SentencePieceProcessor,
         joint: bool,
         placeholders: list[str] | None = None,
+        target_tokens: list[str] | None = None,
+        target_token: str | None = None,
     ):
         self.src, self.tgt, self.joint = src, tgt, joint
         self.placeholders = placeholders or []  # the placeholder pieces both sides hold
+        # a multilingual-target model (OPUS-MT's >>cmn_Hans<<): every source starts with the
+        # piece of the language to write, one of target_tokens (source pieces)
+        self.target_tokens, self.target_token = target_tokens or [], target_token
+        self._prefix = [src.piece_to_id(target_token)] if target_token else []
         self._samplers: dict[str, BpeDropout] = {}  # built on first use of BPE-dropout
         for side, sp in (("source", src), ("target", tgt)):
             ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
@@ -192,7 +200,18 @@ class Tokenizer:
         meta = read_meta(directory)
         src = _load_processor(directory / meta["src_model"])
         tgt = src if meta["joint"] else _load_processor(directory / meta["tgt_model"])
-        return cls(src, tgt, meta["joint"], meta.get("placeholders"))
+        return cls(src, tgt, meta["joint"], meta.get("placeholders"), meta.get("target_tokens"),
+                   meta.get("target_token"))  # fmt: skip
+
+    def for_target(self, asked: str) -> Tokenizer:
+        """This tokenizer writing `asked` (cmn_Hant, or >>cmn_Hant<<) where the model writes
+        several languages; unchanged where it writes one, or `asked` is its default's language."""
+        piece = chosen_target_token(self.target_tokens, self.target_token, asked)
+        if piece == self.target_token:
+            return self
+        other = copy.copy(self)
+        other.target_token, other._prefix = piece, [self.src.piece_to_id(piece)]
+        return other
 
     @staticmethod
     def model_files(directory: str | Path) -> list[str]:
@@ -209,7 +228,7 @@ class Tokenizer:
         return self.tgt.get_piece_size()
 
     def encode_src(self, text: str) -> list[int]:
-        return self.src.encode(text)
+        return self._prefix + self.src.encode(text)
 
     def encode_tgt(self, text: str) -> list[int]:
         return self.tgt.encode(text)
@@ -241,7 +260,8 @@ class Tokenizer:
         )
 
     def src_pieces(self, text: str) -> list[str]:
-        return self.src.encode(text, out_type=str)
+        """The pieces encode_src gives ids of (the target token first, where there is one)."""
+        return [self.target_token] * bool(self._prefix) + self.src.encode(text, out_type=str)
 
     def decode_tgt(self, ids: list[int]) -> str:
         """Detokenize target ids; special ids are dropped by sentencepiece itself."""
@@ -272,7 +292,37 @@ def read_meta(directory: Path) -> dict:
         isinstance(p, str) and PIECE.fullmatch(p) for p in placeholders
     ):
         raise UserError(f'{path}: "placeholders" must be a list of pieces such as "｟url1｠"')
+    tokens = meta.get("target_tokens", [])
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, str) and TARGET_TOKEN.fullmatch(t) for t in tokens
+    ):
+        raise UserError(f'{path}: "target_tokens" must be a list of pieces such as ">>cmn_Hans<<"')
+    if meta.get("target_token") is not None and meta["target_token"] not in tokens:
+        raise UserError(f'{path}: "target_token" must be one of "target_tokens"')
     return meta
+
+
+TARGET_TOKEN = re.compile(r">>[A-Za-z0-9_-]+<<")  # Marian's multilingual models' language tokens
+
+
+def chosen_target_token(tokens: list[str], default: str | None, asked: str) -> str | None:
+    """The language token --to `asked` names among a model's `tokens` (cmn_Hant or
+    >>cmn_Hant<<); `default` for no --to, no tokens, or --to the default's own language; one
+    line listing them for any other."""
+    if not tokens or not asked:
+        return default
+    piece = asked if asked.startswith(">>") else f">>{asked}<<"
+    if piece in tokens:
+        return piece
+    if default and asked == code_language(default):
+        return default
+    codes = ", ".join(t[2:-2] for t in tokens)
+    raise UserError(f"--to {asked}: the model writes {codes} (its target tokens)")
+
+
+def code_language(token: str) -> str:
+    """The language a target token writes, as mtcli names it: >>cmn_Hans<< -> zh."""
+    return two_letter(token[2:-2].split("_")[0])
 
 
 def add_placeholders(directory: str | Path, out: str | Path, *, force: bool = False) -> Tokenizer:

@@ -58,6 +58,9 @@ class EngineOptions:
     # a calibrated confidence for each line (engines/confidence.py): two more forced passes,
     # the model's and its reverse's, about 40% of a beam-5 decode, so asked for, not by default
     confidence: bool = False
+    # --to: the language a multilingual-target model writes (its >>cmn_Hant<< token); "" or the
+    # model's own target language: its default
+    target_language: str = ""
 
 
 def build_translator(
@@ -119,7 +122,7 @@ def _own_translator(
     else:  # loaded by a caller, who made them ready to decode (a server does, once)
         loaded = list(models)
         nets = [quantize_int8(m.model) if options.quantize == "int8" else m.model for m in loaded]
-    tokenizer, first = loaded[0].tokenizer, loaded[0]
+    tokenizer, first = loaded[0].tokenizer.for_target(options.target_language), loaded[0]
     cfg = cfg.with_generation(generation_defaults(first.config))  # an ensemble: the first's
     translator = Translator(
         nets, tokenizer, cfg, device=device, warn=options.warn, align=options.align or options.html,
@@ -225,6 +228,7 @@ def _ct2_translator(models: list, cfg: DecodeConfig, options: EngineOptions) -> 
             device=str(options.device),
             warn=options.warn,
         )
+    translator = translator.for_target(options.target_language)
     if not options.text_layer:
         return translator
     # no constrained search here: spans go through as they are, and the layer names any lost

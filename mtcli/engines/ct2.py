@@ -14,11 +14,12 @@ import copy
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from mtcli.config import DecodeConfig
 from mtcli.data.textio import read_json_object
+from mtcli.data.tokenizer import chosen_target_token
 from mtcli.device import available_cpus
 from mtcli.engines.result import Translation
 from mtcli.engines.routing import Truncator
@@ -112,6 +113,7 @@ class CT2Translator:
         self.src = spm.SentencePieceProcessor(model_file=str(path / tok["src_model"]))
         self.tgt = spm.SentencePieceProcessor(model_file=str(path / tok["tgt_model"]))
         self.feeding = Feeding.of(meta, read_json_object(path / "config.json"))
+        self.target_tokens = list(meta.get("target_tokens", []))
         # the positions hold the source's pieces, what goes before them and its </s>
         self.max_src_tokens = (
             int(meta["max_positions"]) - len(self.feeding.source_prefix) - self.feeding.source_eos
@@ -145,6 +147,16 @@ class CT2Translator:
             import ctranslate2
 
             ctranslate2.set_random_seed(cfg.seed)
+        return other
+
+    def for_target(self, asked: str) -> CT2Translator:
+        """This model writing `asked` where it writes several languages (see Tokenizer.for_target)."""
+        default = self.feeding.source_prefix[0] if self.target_tokens else None
+        piece = chosen_target_token(self.target_tokens, default, asked)
+        if piece == default:
+            return self
+        other = copy.copy(self)
+        other.feeding = replace(self.feeding, source_prefix=(piece,))
         return other
 
     def _source(self, line: str) -> list[str]:
@@ -206,6 +218,9 @@ class CT2Translator:
             beam_size=1 if cfg.sample else cfg.beam_size, num_hypotheses=cfg.nbest,
             length_penalty=cfg.length_penalty, return_scores=True,
             max_decoding_length=limit + len(self.feeding.target_prefix),
+            # an output may be empty (</s> first), as in mtcli's search and transformers';
+            # CTranslate2's default (1) forbade it and wrote a piece where they write none
+            min_decoding_length=0,
             # CTranslate2 counts padded source tokens; --batch-tokens counts them x the rows of
             # each line (beam or draws), so at beam 5 the same budget is a fifth of the tokens
             no_repeat_ngram_size=cfg.no_repeat_ngram, max_batch_size=cfg.source_tokens_per_batch,

@@ -33,8 +33,9 @@ from pathlib import Path, PurePosixPath
 from mtcli import files
 from mtcli.data.language_codes import two_letter
 from mtcli.data.textio import read_json_object
+from mtcli.data.tokenizer import code_language
 from mtcli.errors import UserError
-from mtcli.store.model_languages import languages
+from mtcli.store.model_languages import language_tokens, languages, target_token
 
 MARKER = "mtcli.json"  # as ct2_export.py writes it, and engines/ct2.py reads it
 DEFAULT_POSITIONS = 512
@@ -201,6 +202,10 @@ def import_ctranslate2(
     tok_file = src / "tokenizer_config.json"
     tokenizer = read_json_object(tok_file) if tok_file.is_file() else {}
     langs = {k: v for k, v in (langs or {}).items() if v}
+    tokens = language_tokens(read_vocabulary(vocabulary_files(src)[0]))
+    token = target_token(tokens, langs.get("tgt_lang"), src)
+    if token and langs.get("tgt_lang") in (token, token[2:-2]):  # --to cmn_Hant: Chinese
+        langs["tgt_lang"] = code_language(token)
     langs = languages(
         src,
         tokenizer,
@@ -211,6 +216,8 @@ def import_ctranslate2(
         **langs, "max_positions": _positions(max_positions, own), "generation": own.get("generation", {}),
         "source_eos": source_eos, "own": own,
     }  # fmt: skip
+    if token:  # a multilingual-target Marian's: each source starts with its language's token
+        marker |= {"source_prefix": [token], "target_tokens": tokens}
     write_ct2_model(src, out, marker, str(src))
     return written(out)
 

@@ -36,11 +36,12 @@ from safetensors.torch import load_file
 from mtcli import files
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, ModelConfig, build
 from mtcli.data.textio import read_json_object
+from mtcli.data.tokenizer import code_language
 from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import SaveRequest, save_model
 from mtcli.store.hf_export import marian_order
-from mtcli.store.model_languages import languages
+from mtcli.store.model_languages import language_tokens, languages, target_token
 
 SPECIALS = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
@@ -103,6 +104,8 @@ def model_config(config: dict, where: Path) -> ModelConfig:
     shape |= {
         "tgt_vocab_size": config.get("decoder_vocab_size") or config["vocab_size"],
         "activation": ACTIVATIONS[config["activation_function"]], "pre_norm": False,
+        # whether the embeddings are one matrix is the vocabularies' to say (_mapping)
+        "share_embeddings": False,
         **{k: config.get(k, 0.0) for k in ("dropout", "attention_dropout", "activation_dropout")},
     }  # fmt: skip
     try:  # mtcli's own rules (heads dividing d_model, dropout in [0, 1), ...)
@@ -111,9 +114,11 @@ def model_config(config: dict, where: Path) -> ModelConfig:
         raise UserError(f"{where}: {e}") from None
 
 
-def renumbered(model: bytes) -> bytes:
+def renumbered(model: bytes, extra: list[str] = ()) -> bytes:
     """A sentencepiece model with mtcli's special ids: <pad> 0, <unk> 1, <s> 2, </s> 3 (made
-    where missing), every other piece after them in its own order, with its own score."""
+    where missing), every other piece after them in its own order, with its own score, then
+    the `extra` pieces (language tokens Marian's vocabulary has beside the model) as
+    user-defined ones, so each has an id and a row."""
     try:
         from sentencepiece import sentencepiece_model_pb2 as pb
     except ImportError:  # it needs protobuf
@@ -137,8 +142,9 @@ def renumbered(model: bytes) -> bytes:
         have.get(name) or Piece(piece=name, score=0.0, type=kind) for name, kind in kinds.items()
     ]
     rest = [p for p in proto.pieces if p.piece not in kinds]
+    added = [Piece(piece=t, score=0.0, type=Piece.USER_DEFINED) for t in extra if t not in have]
     del proto.pieces[:]
-    proto.pieces.extend([*first, *rest])
+    proto.pieces.extend([*first, *rest, *added])
     spec = proto.trainer_spec
     spec.pad_id, spec.unk_id, spec.bos_id, spec.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
     spec.pad_piece, spec.unk_piece, spec.bos_piece, spec.eos_piece = "<pad>", "<unk>", "<s>", "</s>"
@@ -231,8 +237,11 @@ def _layer(w: dict, theirs: str, mine: str, back: torch.Tensor, *, cross: bool) 
     return out  # fmt: skip
 
 
-def _tokenizer_dir(models: dict[str, bytes], out: Path) -> None:
-    """mtcli's tokenizer directory of the (renumbered) sentencepiece models, joint when they are one."""
+def _tokenizer_dir(
+    models: dict[str, bytes], out: Path, tokens: list[str], token: str | None
+) -> None:
+    """mtcli's tokenizer directory of the (renumbered) sentencepiece models, joint when they are
+    one; a multilingual-target model's language tokens and default token in tokenizer.json."""
     out.mkdir()
     if models["source.spm"] == models["target.spm"]:
         (out / "spm.model").write_bytes(models["source.spm"])
@@ -241,6 +250,8 @@ def _tokenizer_dir(models: dict[str, bytes], out: Path) -> None:
         (out / "src.model").write_bytes(models["source.spm"])
         (out / "tgt.model").write_bytes(models["target.spm"])
         meta = {"joint": False, "src_model": "src.model", "tgt_model": "tgt.model"}
+    if token:
+        meta |= {"target_tokens": tokens, "target_token": token}
     files.write_json(out / "tokenizer.json", meta)
 
 
@@ -276,14 +287,19 @@ def _weights(src: Path) -> tuple[dict[str, torch.Tensor], Path]:
         raise UserError(f"{path}: unreadable ({str(e).splitlines()[0][:200]})") from None
 
 
-def _mapping(src: Path, config: dict, tokenizer: dict, weights: dict) -> tuple[dict, dict, dict]:
-    """The renumbered sentencepiece models, the rows each side takes, and the shape they give."""
+def _mapping(
+    src: Path, config: dict, tokenizer: dict, weights: dict, tokens: list[str]
+) -> tuple[dict, dict, dict]:
+    """The renumbered sentencepiece models (the source's with the language `tokens`), the rows
+    each side takes, and the shape they give."""
     vocab_files = {"source.spm": "vocab.json",
                    "target.spm": "target_vocab.json" if tokenizer.get("separate_vocabs") else "vocab.json"}  # fmt: skip
     models, rows = {}, {}
     for name, vocab_file in vocab_files.items():
         try:
-            models[name] = renumbered((src / name).read_bytes())
+            models[name] = renumbered(
+                (src / name).read_bytes(), tokens if name == "source.spm" else []
+            )
             sp = spm.SentencePieceProcessor(model_proto=models[name])
         except FileNotFoundError:
             raise UserError(f"{src / name}: missing (a MarianMT directory has it)") from None
@@ -326,9 +342,14 @@ def import_huggingface(
     cfg = model_config(config, src / "config.json")
     tok_file = src / "tokenizer_config.json"
     tokenizer = _read_json(tok_file) if tok_file.is_file() else {}
-    langs = languages(src, tokenizer, name or src.name, langs or {})  # before the weights load
+    tokens = language_tokens(_read_json(src / "vocab.json"))
+    langs = dict(langs or {})
+    token = target_token(tokens, langs.get("tgt_lang"), src)
+    if token and langs.get("tgt_lang") in (token, token[2:-2]):  # --to cmn_Hant: Chinese
+        langs["tgt_lang"] = code_language(token)
+    langs = languages(src, tokenizer, name or src.name, langs)  # before the weights load
     weights, weights_file = _weights(src)
-    models, rows, shape = _mapping(src, config, tokenizer, weights)
+    models, rows, shape = _mapping(src, config, tokenizer, weights, tokens if token else [])
     cfg = dataclasses.replace(cfg, **shape)
     model = Seq2Seq(cfg)
     try:
@@ -341,6 +362,6 @@ def import_huggingface(
         raise UserError(f"{weights_file}: {str(e).splitlines()[0][:200]}") from None
     extra = {"imported_from": origin or str(src)}
     with tempfile.TemporaryDirectory() as tmp:
-        _tokenizer_dir(models, Path(tmp) / "tokenizer")
+        _tokenizer_dir(models, Path(tmp) / "tokenizer", tokens, token)
         save_model(model, out, SaveRequest(Path(tmp) / "tokenizer", extra=extra, **langs))
     return out

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mtcli.data.language_codes import two_letter
 from mtcli.data.textio import read_json_object
+from mtcli.data.tokenizer import TARGET_TOKEN
 from mtcli.errors import UserError
 
 OPUS_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$")  # Helsinki-NLP's repository names
@@ -34,3 +35,28 @@ def languages(src: Path, tokenizer: dict, name: str, given: dict) -> dict[str, s
             )
         found[side] = two_letter(code)
     return found
+
+
+def language_tokens(vocab) -> list[str]:
+    """The >>xx<< language tokens of a vocabulary (a multilingual-target Marian model's)."""
+    return sorted(t for t in vocab if TARGET_TOKEN.fullmatch(t))
+
+
+def target_token(tokens: list[str], asked: str | None, src: Path) -> str | None:
+    """The language token a multilingual-target model's sources start with by default: the one
+    --to names (cmn_Hant), else the first of its metadata.json's target languages it has; with
+    neither, one line listing them, never a guess. None for a model of one target language."""
+    if not tokens:
+        return None
+    if asked and (f">>{asked}<<" in tokens or asked in tokens):
+        return asked if asked in tokens else f">>{asked}<<"
+    meta_file = src / "metadata.json"
+    meta = read_json_object(meta_file) if meta_file.is_file() else {}
+    for code in meta.get("tgt_constituents") or []:
+        if f">>{code}<<" in tokens:
+            return f">>{code}<<"
+    codes = ", ".join(t[2:-2] for t in tokens[:8]) + (", ..." if len(tokens) > 8 else "")
+    raise UserError(
+        f"{src}: the model writes {len(tokens)} languages ({codes}); --to chooses the one "
+        f"its sources ask for by default (e.g. --to {tokens[0][2:-2]})"
+    )

@@ -354,3 +354,60 @@ def test_an_imported_marian_teaches_a_student_end_to_end(tmp_path):
         main, ["translate", "-q", "-m", str(tmp_path / "kd" / "model"), lines[0]]
     )
     assert translated.exit_code == 0 and translated.stdout.count("\n") == 1
+
+
+def test_a_multilingual_target_model_writes_the_language_to_names(tmp_path):
+    """A Marian vocabulary with >>cmn_Hans<<-style tokens (OPUS-MT's multilingual targets):
+    imported, each source starts with the chosen token as MarianTokenizer starts it; greedy
+    through mtcli equals transformers' on that input for every token; --to chooses it (the
+    model card's tgt_constituents give the default), and a language it lacks is one line."""
+    marian, directory, tok = _random_marian(tmp_path)
+    tokens = [">>cmn_Hans<<", ">>cmn_Hant<<", ">>yue_Hant<<"]
+    config = marian.config
+    config.vocab_size += len(tokens)
+    torch.manual_seed(1)
+    marian = transformers.MarianMTModel(config).eval()
+    marian.save_pretrained(directory)
+    vocab = json.loads((directory / "vocab.json").read_text())
+    vocab |= {t: tok.src_vocab_size + i for i, t in enumerate(tokens)}
+    (directory / "vocab.json").write_text(json.dumps(vocab))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"separate_vocabs": True, "source_lang": "eng", "target_lang": "zho"})
+    )
+    out = tmp_path / "mul"
+    refused = CliRunner().invoke(main, ["import", "huggingface", str(directory), "--out", str(out)])
+    assert (
+        refused.exit_code == 2
+        and "writes 3 languages (cmn_Hans, cmn_Hant, yue_Hant)" in refused.output
+    )
+    (directory / "metadata.json").write_text(
+        json.dumps({"tgt_constituents": ["cmn_Hant", "yue_Hant"]})
+    )
+    result = CliRunner().invoke(main, ["import", "huggingface", str(directory), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    loaded = load_model(out)
+    assert loaded.tokenizer.target_token == ">>cmn_Hant<<" and loaded.config["tgt_lang"] == "zh"
+    lines = copy_sentences(12, seed=3)
+    outputs = {}
+    for token in tokens:
+        mine = loaded.tokenizer.for_target(token[2:-2])
+        for line in lines:
+            src = pad([mine.encode_src(line) + [EOS_ID]])
+            assert src[0, 0].item() == mine.src.piece_to_id(token)
+            ours = greedy(loaded.model.eval(), src, padding_mask(src))[0].tokens
+            theirs_src = torch.tensor([[vocab[token], *tok.encode_src(line), EOS_ID]])
+            limit = int(1.5 * theirs_src.size(1) + 10)
+            with torch.inference_mode():
+                gen = marian.generate(input_ids=theirs_src, max_new_tokens=limit + 1, num_beams=1,
+                                      do_sample=False, bad_words_ids=[[0], [2]])  # fmt: skip
+            assert ours == [i for i in gen[0].tolist()[1:] if i not in (0, EOS_ID)], (token, line)
+            outputs.setdefault(token, []).append(ours)
+    assert len({str(o) for o in outputs.values()}) == 3  # the token changes what is written
+    args = ["translate", "-q", "-m", str(out), "--to", "yue_Hant", "--beam-size", "1", lines[0]]
+    cli = CliRunner().invoke(main, args)
+    assert (
+        cli.exit_code == 0
+        and cli.stdout.strip() == tok.decode_tgt(outputs[">>yue_Hant<<"][0]).strip()
+    )
+    wrong = CliRunner().invoke(main, ["translate", "-m", str(out), "--to", "de", lines[0]])
+    assert wrong.exit_code == 2 and "the model writes cmn_Hans, cmn_Hant, yue_Hant" in wrong.output

@@ -63,6 +63,9 @@ def opus_dir(tmp_path_factory):
     random.Random(0).shuffle(pieces)  # in corpus-frequency order there: any order but the models'
     vocab = {"</s>": 0, "<unk>": 1, **{p: i for i, p in enumerate(pieces, 2)}}
     assert len(vocab) < pad_id
+    meta = json.loads((FIXTURES / "en-zh.metadata.json").read_text())
+    for code in meta["tgt_constituents"]:  # its target languages' tokens, as the real vocab has
+        vocab[f">>{code}<<"] = len(vocab)
     for i in range(len(vocab), pad_id):  # the rest of the real target model's 32k pieces
         vocab[f"▁unused{i}"] = i
     vocab["<pad>"] = pad_id
@@ -87,6 +90,7 @@ def opus_dir(tmp_path_factory):
         (out / name).write_bytes(data)
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     (out / "tokenizer_config.json").write_text(json.dumps({"source_lang": "eng", "target_lang": "zho"}))  # fmt: skip
+    (out / "metadata.json").write_text(json.dumps(meta))  # its model card's: cmn_Hans first
     return out, marian, vocab, [en for en, _ in pairs[-30:]]
 
 
@@ -121,6 +125,7 @@ def test_opus_mt_as_published_decodes_as_transformers_does(opus_dir, tmp_path):
     loaded = load_model(tmp_path / "m")
     tok, model = loaded.tokenizer, loaded.model.eval()
     assert (loaded.config["src_lang"], loaded.config["tgt_lang"]) == ("en", "zh")  # eng/zho
+    assert tok.target_token == ">>cmn_Hans<<" and len(tok.target_tokens) == 39
     assert model.cfg.activation == "swish" and not model.cfg.share_embeddings
     source = spm.SentencePieceProcessor(model_file=str(directory / "source.spm"))
     by_id = {i: p for p, i in vocab.items()}
@@ -130,7 +135,10 @@ def test_opus_mt_as_published_decodes_as_transformers_does(opus_dir, tmp_path):
         assert tok.src.encode(line, out_type=str) == pieces  # renumbered: the same split
         src = pad([tok.encode_src(line) + [EOS_ID]])
         mask = padding_mask(src)
-        marian_src = torch.tensor([[vocab.get(p, 1) for p in pieces] + [0]])
+        # MarianTokenizer's input: the target language's token (the model card's first), pieces, </s>
+        marian_src = torch.tensor(
+            [[vocab[">>cmn_Hans<<"]] + [vocab.get(p, 1) for p in pieces] + [0]]
+        )
         limit = int(1.5 * marian_src.size(1) + 10)
         ids = greedy(model, src, mask)[0].tokens
         theirs = [by_id[i] for i in _generate(marian, marian_src, 1, limit)]
@@ -155,31 +163,36 @@ def test_opus_mt_converted_by_ct2_transformers_converter_decodes_as_transformers
 ):
     """ct2-transformers-converter's MarianMT (its decoder from </s> on a zero embedding, no
     <pad>, </s> left to the caller): `mtcli import ctranslate2` feeds the source with </s>, and
-    mtcli's CTranslate2 engine gives transformers' greedy output on every test line."""
+    mtcli's CTranslate2 engine gives transformers' greedy output on every test line, for the
+    model card's default target language and for another chosen as --to chooses it."""
     converters = pytest.importorskip("ctranslate2.converters")
     from mtcli.engines.ct2 import CT2Translator, max_output_tokens
 
     directory, marian, vocab, lines = opus_dir
     converted = tmp_path / "ct2"
-    copied = ["source.spm", "target.spm", "tokenizer_config.json"]
+    copied = ["source.spm", "target.spm", "tokenizer_config.json", "metadata.json"]
     converters.TransformersConverter(str(directory), copy_files=copied).convert(str(converted))
     out = tmp_path / "opus-mt-en-zh-ct2"
     result = CliRunner().invoke(main, ["import", "ctranslate2", str(converted), "--out", str(out)])
     assert result.exit_code == 0 and "en->zh" in result.output and "with </s>" in result.output
-    cfg = DecodeConfig(beam_size=1)
-    ours = CT2Translator(out, cfg, threads=2)
+    default = CT2Translator(out, DecodeConfig(beam_size=1), threads=2)
     source = spm.SentencePieceProcessor(model_file=str(directory / "source.spm"))
     target = spm.SentencePieceProcessor(model_file=str(directory / "target.spm"))
     by_id = {i: p for p, i in vocab.items()}
-    same = 0
-    for line, mine in zip(lines, ours.translate_chunk(lines), strict=True):
-        marian_src = torch.tensor(
-            [[vocab.get(p, 1) for p in source.encode(line, out_type=str)] + [0]]
-        )
-        limit = max_output_tokens(marian_src.size(1), ours.cfg, ours.max_src_tokens)
-        pieces = [by_id[i] for i in _generate(marian, marian_src, 1, limit)]
-        ids = [target.piece_to_id(p) for p in pieces]
-        same += mine.text == target.decode(
-            [i for i in ids if not (target.is_control(i) or target.is_unknown(i))]
-        )
-    assert same == len(lines), f"{same} of {len(lines)}"
+    same, outputs = 0, {}
+    for code in ("cmn_Hans", "cmn_Hant"):  # the model card's default, and --to cmn_Hant
+        ours = default.for_target(code)
+        for line, mine in zip(lines, ours.translate_chunk(lines), strict=True):
+            pieces = [vocab[f">>{code}<<"]] + [
+                vocab.get(p, 1) for p in source.encode(line, out_type=str)
+            ]
+            marian_src = torch.tensor([pieces + [0]])
+            limit = max_output_tokens(marian_src.size(1), ours.cfg, ours.max_src_tokens)
+            ids = [target.piece_to_id(by_id[i]) for i in _generate(marian, marian_src, 1, limit)]
+            theirs = target.decode(
+                [i for i in ids if not (target.is_control(i) or target.is_unknown(i))]
+            )
+            same += mine.text == theirs
+            outputs.setdefault(code, []).append(mine.text)
+    assert outputs["cmn_Hans"] != outputs["cmn_Hant"]  # the token reaches the model
+    assert same == 2 * len(lines), f"{same} of {2 * len(lines)}"

@@ -36,8 +36,14 @@ NOT_RUN = {
     # need the hub and sacrebleu's server: tests/test_hub.py and test_published_sets.py run them
     # offline on caches laid out as those tools lay them out
     "mtcli models pull Helsinki-NLP/opus-mt-en-zh": "a download",
-    'mtcli translate -m opus-mt-en-zh "The council postponed the budget hearing."': "its model",
+    'mtcli translate -m opus-mt-en-zh --to cmn_Hant "The council postponed the budget hearing."': "its model",
     "mtcli eval -m opus-mt-en-zh --test-set wmt20 --langpair en-zh": "a download",
+    # a package from Argos's index, a corpus from statmt.org, the pulled teacher: run offline by
+    # tests/e2e/test_ct2_import.py, test_mtdata.py and test_hf_import.py on what they lay out
+    "mtcli import argos translate-en_zh-1_9.argosmodel --out en-zh-argos": "a downloaded package",
+    'mtcli translate -m en-zh-argos --engine ctranslate2 "Where is the station?"': "its package",
+    "mtcli data get Statmt-news_commentary-18.1-eng-zho --out nc18": "a download",
+    "mtcli distill --teacher opus-mt-en-zh --src nc18/train.eng --config student.toml --out kd": "a download",
 }  # fmt: skip
 FENCE = re.compile(r"^```(\w*)\s*$")
 

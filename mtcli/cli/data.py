@@ -152,7 +152,8 @@ def get_command(names, out, langpair, force) -> None:
     )
     console.print(
         f"next: mtcli data prepare --src {src} --tgt {tgt} --src-lang {record['src_lang']} "
-        f"--tgt-lang {record['tgt_lang']} --out CORPUS", markup=False, soft_wrap=True,
+        f"--tgt-lang {record['tgt_lang']} --out CORPUS (to train on it), or mtcli eval --src {src} "
+        f"--ref {tgt} (a test set such as FLORES: to score on it)", markup=False, soft_wrap=True,
     )  # fmt: skip
 
 

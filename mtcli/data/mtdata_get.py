@@ -63,8 +63,8 @@ def _languages(langpair: str | None, first, bcp47) -> tuple:
 
 
 def _short(tag) -> str:
-    """mtdata's language tag (eng) as mtcli names languages (en)."""
-    return two_letter(str(tag))
+    """mtdata's language tag (eng, zho_Hans) as mtcli names languages (en, zh)."""
+    return two_letter(str(tag).split("_")[0])
 
 
 def get_corpus(

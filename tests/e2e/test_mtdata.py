@@ -6,10 +6,12 @@ what `mtcli data prepare --src --tgt` takes. No real download is run here."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -36,12 +38,15 @@ cache.get_flag_file(path).touch()
 """
 
 
-def test_a_cached_corpus_lands_where_data_prepare_takes_it(tmp_path):
-    env = {"MTDATA": str(tmp_path / "mtdata")}
-    tsv = gzip.compress("".join(f"{en}\t{zh}\n" for en, zh in PAIRS).encode())
-    lay = subprocess.run([sys.executable, "-c", LAY_OUT, NAME], input=tsv, capture_output=True,
+def _lay_out(name: str, data: bytes, env: dict) -> None:
+    lay = subprocess.run([sys.executable, "-c", LAY_OUT, name], input=data, capture_output=True,
                          env={**os.environ, **env}, timeout=300, cwd=REPO)  # fmt: skip
     assert lay.returncode == 0, lay.stderr[-2000:]
+
+
+def test_a_cached_corpus_lands_where_data_prepare_takes_it(tmp_path):
+    env = {"MTDATA": str(tmp_path / "mtdata")}
+    _lay_out(NAME, gzip.compress("".join(f"{en}\t{zh}\n" for en, zh in PAIRS).encode()), env)
     out = tmp_path / "nc16"
     proc = run_mtcli("data", "get", NAME, "--out", str(out), "--langpair", "en-zh", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -78,3 +83,32 @@ def test_a_cached_corpus_lands_where_data_prepare_takes_it(tmp_path):
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert (mine / "notes.txt").read_text() == "mine" and not (tmp_path / "x").exists()
+
+
+def test_flores_comes_as_its_archive_and_is_scored_on(tmp_path):
+    """FLORES-200 devtest (sacrebleu's catalogue lacks it) as its published archive: mtdata takes
+    its two files out of the tarball; mtcli names the languages en and zh, and eval scores on it."""
+    env = {"MTDATA": str(tmp_path / "mtdata")}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in (
+            ("eng_Latn", [en for en, _ in PAIRS[:20]]),
+            ("zho_Hans", [zh for _, zh in PAIRS[:20]]),
+        ):
+            data = ("\n".join(text) + "\n").encode()
+            info = tarfile.TarInfo(f"flores200_dataset/devtest/{name}.devtest")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    flores = "Flores-flores200_devtest-1-eng-zho_Hans"
+    _lay_out(flores, buffer.getvalue(), env)
+    out = tmp_path / "flores"
+    proc = run_mtcli("data", "get", flores, "--out", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "get.json").read_text())
+    assert (record["src"], record["tgt"], record["pairs"]) == ("train.eng", "train.zho_Hans", 20)
+    assert (record["src_lang"], record["tgt_lang"]) == ("en", "zh")
+    ref = str(out / "train.zho_Hans")
+    scored = run_mtcli("eval", "--hyp", ref, "--ref", ref, "--tgt-lang", "zh", "--json")
+    assert scored.returncode == 0 and json.loads(scored.stdout)["systems"][ref]["BLEU"][
+        "score"
+    ] == pytest.approx(100.0)

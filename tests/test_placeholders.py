@@ -287,3 +287,28 @@ def test_a_model_with_placeholders_gets_pieces_and_one_without_gets_stand_ins():
     TextLayer(plain, src_lang="en", tgt_lang="zh", can_write=lambda s: True, count_tokens=len,
               max_tokens=1000).translate_chunk([line])  # fmt: skip
     assert plain.seen == ["Visit 7301 or call 7302."]
+
+
+class _Forgets(_Pieces):
+    """Writes only the first piece it is given: the rest of each sentence's spans are lost."""
+
+    def translate_chunk(self, lines, prefixes=None, constraints=None):
+        out = []
+        for line in lines:
+            text = "译" + "".join(PIECE.findall(line)[:1]) + "。"
+            out.append(Translation(line, text, 0.0, [(text, 0.0)]))
+        return out
+
+
+@pytest.mark.parametrize("extra", [{"placeholders": all_pieces()}, {}])
+def test_a_lost_span_is_named_in_the_sentence_the_user_wrote(extra):
+    """The warning quotes the user's sentence, not the pieces or stand-ins the model was given
+    (it read 'Visit ｟url1｠ or call ｟phone1｠.', or 'Visit 7301 or call 7302.')."""
+    warned = []
+    layer = TextLayer(_Forgets(), src_lang="en", tgt_lang="zh", can_write=lambda s: True,
+                      count_tokens=len, max_tokens=1000, warn=warned.append, **extra)  # fmt: skip
+    layer.translate_chunk(["Visit https://example.com or call 555-0199."])
+    assert len(warned) == 1, warned
+    quoted, lost = warned[0].split(" lost ")
+    assert quoted == "the translation of 'Visit https://example.com or call 555-0199.'"
+    assert "555-0199" in lost

@@ -44,6 +44,7 @@ class Segment:
     stand_ins: dict[str, str] = field(default_factory=dict)  # stand-in -> the span it holds
     pieces: dict[str, str] = field(default_factory=dict)  # placeholder piece -> what it holds
     lost: bool = False  # its translation is empty, or lost a span: known to be wrong
+    source: str = ""  # the sentence as the user wrote it: what a warning quotes
 
 
 class TextLayer:
@@ -210,7 +211,7 @@ class TextLayer:
         casing = casing_of(sentence) if self.src_lang == "en" else "plain"
         spans = find_spans(sentence, self.src_lang)
         text = _sentence_case_around(sentence, spans) if casing != "plain" else sentence
-        segment = Segment(text, casing)
+        segment = Segment(text, casing, source=sentence)
         if self.placeholders:
             sent = to_placeholders(text, spans, self.placeholders, self.tgt_lang)
             segment.text, segment.pieces, spans = sent.text, sent.given_back, sent.rest
@@ -256,16 +257,20 @@ class TextLayer:
         text = restyle(text, segment.casing, self.tgt_lang)
         if not quiet and segment.text.strip() and not text.strip():
             segment.lost = True
-            self.warn(f"the translation of {segment.text!r} is empty: the sentence is lost")
+            self.warn(
+                f"the translation of {_excerpt(segment.source)} is empty: the sentence is lost"
+            )
         if not quiet and (empty := empty_tags(text)):
-            self.warn(f"the translation of {segment.text!r} left {', '.join(empty)} empty")
+            self.warn(
+                f"the translation of {_excerpt(segment.source)} left {', '.join(empty)} empty"
+            )
         text = from_placeholders(text, segment.pieces)
         for word, span in segment.stand_ins.items():
             text = text.replace(word, span)
         wanted = [segment.stand_ins.get(k, segment.pieces.get(k, k)) for k in segment.keep]
         if not quiet and (lost := lost_spans(text, wanted)):
             segment.lost = True
-            self.warn(f"the translation of {segment.text!r} lost {', '.join(lost)}")
+            self.warn(f"the translation of {_excerpt(segment.source)} lost {', '.join(lost)}")
         return text
 
 

@@ -19,6 +19,7 @@ from mtcli.data.tokenizer import (
     TokenizerOptions,
     train_tokenizer,
 )
+from mtcli.errors import UserError
 from tests.conftest import EN_LINES, REPO, TATOEBA, ZH_LINES, write_lines
 
 
@@ -145,3 +146,20 @@ def test_a_large_corpus_trains_its_tokenizer_on_a_sample_and_says_so(tmp_path, m
     assert said == [
         "tokenizer: 200 sentences; training on a random sample of 150 (--input-sentence-size sets the number)"
     ]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"target_tokens": ">>zh<<"}, '"target_tokens" must be a list'),
+        ({"target_tokens": [">>zh<<"], "target_token": ">>de<<"}, '"target_token" must be one of'),
+        ({"target_tokens": [">>zh<<"], "target_token": ">>zh<<"}, "has no piece >>zh<<"),
+    ],
+)
+def test_a_hand_edited_target_token_is_one_line(enzh_tokenizer, extra, message):
+    """tokenizer.json's language tokens (a multilingual-target model's) are checked on load:
+    of the right type, the default among them, each a piece of the source model."""
+    meta_file = enzh_tokenizer / "tokenizer.json"
+    meta_file.write_text(json.dumps({**json.loads(meta_file.read_text()), **extra}))
+    with pytest.raises(UserError, match=message):
+        Tokenizer.load(enzh_tokenizer)

@@ -187,6 +187,8 @@ class Tokenizer:
         # a multilingual-target model (OPUS-MT's >>cmn_Hans<<): every source starts with the
         # piece of the language to write, one of target_tokens (source pieces)
         self.target_tokens, self.target_token = target_tokens or [], target_token
+        if missing := [t for t in self.target_tokens if src.piece_to_id(t) == src.unk_id()]:
+            raise UserError(f"source tokenizer has no piece {missing[0]} of its target_tokens")
         self._prefix = [src.piece_to_id(target_token)] if target_token else []
         self._samplers: dict[str, BpeDropout] = {}  # built on first use of BPE-dropout
         for side, sp in (("source", src), ("target", tgt)):

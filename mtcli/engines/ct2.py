@@ -37,7 +37,7 @@ def check_ct2_dir(path: Path) -> dict:
             f"{path}: not a CTranslate2 model of mtcli's (make one with `mtcli export --format "
             "ctranslate2`, or bring one with `mtcli import ctranslate2` or `mtcli import argos`)"
         )
-    return json.loads((path / MARKER).read_text(encoding="utf-8"))
+    return read_json_object(path / MARKER)
 
 
 @dataclass(frozen=True)

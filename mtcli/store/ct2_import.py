@@ -33,7 +33,6 @@ from pathlib import Path, PurePosixPath
 from mtcli import files
 from mtcli.data.language_codes import two_letter
 from mtcli.data.textio import read_json_object
-from mtcli.data.tokenizer import code_language
 from mtcli.errors import UserError
 from mtcli.store.model_languages import language_tokens, languages, target_token
 
@@ -154,10 +153,13 @@ def _check_loads(path: Path) -> None:
         ) from None
 
 
-def write_ct2_model(src: Path, out: Path, marker: dict, where: str) -> None:
+def write_ct2_model(
+    src: Path, out: Path, marker: dict, where: str, source_eos: bool | None, own: dict
+) -> None:
     """`src`'s CTranslate2 files and sentencepiece models as an mtcli CTranslate2 directory at
     `out`, built aside and checked by CTranslate2 before it takes `out`'s place; `marker`
-    (languages, positions, feeding) becomes mtcli.json, `where` names the source in errors."""
+    (languages, positions) and the feeding `feeding` finds (--source-eos, `own`: an mtcli
+    export's mtcli.json) become mtcli.json; `where` is recorded as imported_from."""
     config = _read_config(src)
     if not (src / "model.bin").is_file():
         raise UserError(f"{src / 'model.bin'}: missing (a CTranslate2 model has it)")
@@ -166,8 +168,7 @@ def write_ct2_model(src: Path, out: Path, marker: dict, where: str) -> None:
     target_vocab = read_vocabulary(vocabs[-1])
     _check_pieces(src, source_spm, read_vocabulary(vocabs[0]))
     _check_pieces(src, target_spm, target_vocab)
-    own = marker.pop("own", {})
-    marker |= feeding(config, target_vocab, marker.pop("source_eos"), own)
+    marker = {**marker, **feeding(config, target_vocab, source_eos, own)}
     with files.built_aside(out, MARKER) as tmp:
         for name in dict.fromkeys(
             ["model.bin", "config.json", *(v.name for v in vocabs), source_spm, target_spm]
@@ -203,9 +204,7 @@ def import_ctranslate2(
     tokenizer = read_json_object(tok_file) if tok_file.is_file() else {}
     langs = {k: v for k, v in (langs or {}).items() if v}
     tokens = language_tokens(read_vocabulary(vocabulary_files(src)[0]))
-    token = target_token(tokens, langs.get("tgt_lang"), src)
-    if token and langs.get("tgt_lang") in (token, token[2:-2]):  # --to cmn_Hant: Chinese
-        langs["tgt_lang"] = code_language(token)
+    token, langs = target_token(tokens, langs, src)
     langs = languages(
         src,
         tokenizer,
@@ -214,11 +213,10 @@ def import_ctranslate2(
     )
     marker = {
         **langs, "max_positions": _positions(max_positions, own), "generation": own.get("generation", {}),
-        "source_eos": source_eos, "own": own,
     }  # fmt: skip
     if token:  # a multilingual-target Marian's: each source starts with its language's token
         marker |= {"source_prefix": [token], "target_tokens": tokens}
-    write_ct2_model(src, out, marker, str(src))
+    write_ct2_model(src, out, marker, str(src), source_eos, own)
     return written(out)
 
 
@@ -251,10 +249,10 @@ def import_argos(
         own = read_json_object(model / MARKER) if (model / MARKER).is_file() else {}
         marker = {
             **_argos_languages(meta, package), "max_positions": _positions(max_positions, own),
-            "generation": own.get("generation", {}), "source_eos": source_eos, "own": own,
+            "generation": own.get("generation", {}),
             "target_prefix": [meta["target_prefix"]] if meta.get("target_prefix") else [],
         }  # fmt: skip
-        write_ct2_model(model, out, marker, str(package))
+        write_ct2_model(model, out, marker, str(package), source_eos, own)
     except zipfile.BadZipFile as e:
         raise UserError(f"{package}: a damaged zip ({e})") from None
     finally:

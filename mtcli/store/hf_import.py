@@ -36,7 +36,6 @@ from safetensors.torch import load_file
 from mtcli import files
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, ModelConfig, build
 from mtcli.data.textio import read_json_object
-from mtcli.data.tokenizer import code_language
 from mtcli.errors import UserError
 from mtcli.model.transformer import Seq2Seq
 from mtcli.store.checkpoint import SaveRequest, save_model
@@ -343,13 +342,10 @@ def import_huggingface(
     tok_file = src / "tokenizer_config.json"
     tokenizer = _read_json(tok_file) if tok_file.is_file() else {}
     tokens = language_tokens(_read_json(src / "vocab.json"))
-    langs = dict(langs or {})
-    token = target_token(tokens, langs.get("tgt_lang"), src)
-    if token and langs.get("tgt_lang") in (token, token[2:-2]):  # --to cmn_Hant: Chinese
-        langs["tgt_lang"] = code_language(token)
+    token, langs = target_token(tokens, {k: v for k, v in (langs or {}).items() if v}, src)
     langs = languages(src, tokenizer, name or src.name, langs)  # before the weights load
     weights, weights_file = _weights(src)
-    models, rows, shape = _mapping(src, config, tokenizer, weights, tokens if token else [])
+    models, rows, shape = _mapping(src, config, tokenizer, weights, tokens)
     cfg = dataclasses.replace(cfg, **shape)
     model = Seq2Seq(cfg)
     try:

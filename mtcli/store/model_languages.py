@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mtcli.data.language_codes import two_letter
 from mtcli.data.textio import read_json_object
-from mtcli.data.tokenizer import TARGET_TOKEN
+from mtcli.data.tokenizer import TARGET_TOKEN, chosen_target_token, code_language
 from mtcli.errors import UserError
 
 OPUS_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$")  # Helsinki-NLP's repository names
@@ -42,19 +42,24 @@ def language_tokens(vocab) -> list[str]:
     return sorted(t for t in vocab if TARGET_TOKEN.fullmatch(t))
 
 
-def target_token(tokens: list[str], asked: str | None, src: Path) -> str | None:
-    """The language token a multilingual-target model's sources start with by default: the one
-    --to names (cmn_Hant), else the first of its metadata.json's target languages it has; with
-    neither, one line listing them, never a guess. None for a model of one target language."""
+def target_token(tokens: list[str], langs: dict, src: Path) -> tuple[str | None, dict]:
+    """(token, langs) of a multilingual-target model: the language token its sources start
+    with by default, and `langs` with --to's language as the token's (--to cmn_Hant: zh).
+    The token: the one --to names, else the first of its metadata.json's target languages it
+    has; --to a language it lacks, or neither, is one line listing them, never a guess. (None,
+    langs) for a model of one target language."""
     if not tokens:
-        return None
-    if asked and (f">>{asked}<<" in tokens or asked in tokens):
-        return asked if asked in tokens else f">>{asked}<<"
+        return None, langs
     meta_file = src / "metadata.json"
     meta = read_json_object(meta_file) if meta_file.is_file() else {}
-    for code in meta.get("tgt_constituents") or []:
-        if f">>{code}<<" in tokens:
-            return f">>{code}<<"
+    card = [f">>{code}<<" for code in meta.get("tgt_constituents") or []]
+    default = next((t for t in card if t in tokens), None)
+    asked = langs.get("tgt_lang")
+    if asked:  # the same rule as translate --to (one place: chosen_target_token)
+        token = chosen_target_token(tokens, default, asked)
+        return token, {**langs, "tgt_lang": code_language(token)}
+    if default:
+        return default, langs
     codes = ", ".join(t[2:-2] for t in tokens[:8]) + (", ..." if len(tokens) > 8 else "")
     raise UserError(
         f"{src}: the model writes {len(tokens)} languages ({codes}); --to chooses the one "

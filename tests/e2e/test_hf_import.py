@@ -383,6 +383,10 @@ def test_a_multilingual_target_model_writes_the_language_to_names(tmp_path):
     (directory / "metadata.json").write_text(
         json.dumps({"tgt_constituents": ["cmn_Hant", "yue_Hant"]})
     )
+    mislabelled = CliRunner().invoke(
+        main, ["import", "huggingface", str(directory), "--out", str(out), "--to", "de"]
+    )  # a language it does not write is refused, not written on its label
+    assert mislabelled.exit_code == 2 and "--to de: the model writes cmn_Hans" in mislabelled.output
     result = CliRunner().invoke(main, ["import", "huggingface", str(directory), "--out", str(out)])
     assert result.exit_code == 0, result.output
     loaded = load_model(out)

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import MofNCompleteColumn, Progress
 
 from mtcli.cli.console import console, warn
+from mtcli.cli.documents import check_document_output, translate_file
 from mtcli.cli.options import (
     UTF8_TEXT,
     FiniteRange,
@@ -25,6 +26,8 @@ from mtcli.cli.options import (
 from mtcli.cli.streams import NamedOutput, check_output_file
 from mtcli.config import QUANTIZE_CHOICES
 from mtcli.data.textio import read_chunks
+from mtcli.documents.document import document_format
+from mtcli.documents.formats import FORMATS
 from mtcli.engines.build import EngineOptions, build_translator, chosen_model
 from mtcli.engines.result import translation_record
 from mtcli.engines.routing import chunks
@@ -133,41 +136,58 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     help="What --min-confidence puts before a source it writes ('' for none).",
 )  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
+@click.option("--file-format",
+              help="FILE's format: txt srt vtt json po md html docx.  [default: its extension]")  # fmt: skip
 @decode_options
 def translate_command(
     text, models, src_lang, tgt_lang, input_file, output_path, force, fmt, prefix, sample,
     temperature, top_k, top_p, seed, glossary, trace, engine, quantize, html, align, confidence,
-    min_confidence, unsure_marker, quiet, device, threads, **decode,
+    min_confidence, unsure_marker, quiet, file_format, device, threads, **decode,
 ) -> None:  # fmt: skip
-    """Translate TEXT, or stdin line by line (one output line per input line).
+    """Translate TEXT, or stdin line by line (one output line per input line), or a document
+    FILE (.txt .srt .vtt .json .po .md .html .docx) into -o OUT, keeping all that is not text.
 
     \b
     Without -m, each line goes to the installed model for its script: Chinese (Han
     characters) to zh->en, other text to en->zh; a line with no letters is left as it is.
     """
+    document = _document(text, file_format, output_path, fmt != "text" or trace or align or prefix)
+    markup = html or bool(document and FORMATS[document].markup)  # its strings are HTML
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     confidence = confidence or min_confidence is not None
     _check_combinations(fmt, sample, sampling, trace, align, glossary, html, prefix, confidence)
     cfg = build_decode_config(sample=sample, **sampling, **decode)
-    reading = None if text else input_file or sys.stdin
-    check_output_file(output_path, "--output", force, reading=reading)
+    check_output_file(
+        output_path, "--output", force, reading=None if text else input_file or sys.stdin
+    )
     options = EngineOptions(
-        engine, device, threads, quantize or "", align, trace, _glossary(glossary), _warner(quiet), html=html,
+        engine, device, threads, quantize or "", align, trace, _glossary(glossary), _warner(quiet), html=markup,
         confidence=confidence, target_language=tgt_lang or "",
     )  # fmt: skip
     paths = [chosen_model(m) for m in models] or [
         chosen_model(None, src_lang, tgt_lang, options.warn)
     ]
     translator = build_translator(paths, cfg, options)
+    if document:
+        return translate_file(
+            text[0], document, output_path, translator, cfg.chunk_lines, options.warn
+        )
+    _translate_lines(translator, text, input_file, cfg, output_path, fmt, prefix, quiet, options.warn,
+                     ResultWriter(fmt, trace, min_confidence, unsure_marker))  # fmt: skip
+
+
+def _translate_lines(
+    translator, text, input_file, cfg, output_path, fmt, prefix, quiet, warn, writer
+):
+    """TEXT or the input's lines translated, each written as soon as it is done."""
     lines = _input_lines(text, input_file, cfg.chunk_lines)
-    writer = ResultWriter(fmt, trace, min_confidence, unsure_marker)
     with _output(output_path) as out, _progress(input_file, quiet) as advance:
         for chunk in chunks(lines, cfg.chunk_lines):
             for result in translator.translate_chunk(*_split_inputs(chunk, fmt, prefix)):
                 writer.write(out, result)
                 advance()
     if summary := writer.summary():
-        options.warn(summary)
+        warn(summary)
 
 
 class ResultWriter:
@@ -204,6 +224,21 @@ class ResultWriter:
         where = {"text": "--format jsonl shows which", "tsv": "the 4th column shows which"}
         hint = where.get(self.fmt, "their flagged field says which")
         return f"{self.flagged} of {self.lines} lines flagged as unreliable; {hint}"
+
+
+def _document(text: tuple[str, ...], file_format: str | None, output_path: str | None, lines_only):
+    """The format of TEXT where it names a document to translate (checked before anything
+    loads), else None."""
+    document = document_format(text[0], file_format) if len(text) == 1 else None
+    if file_format and not document:
+        raise click.UsageError("--file-format takes one FILE")
+    if document and lines_only:
+        raise click.UsageError(
+            "a document is written in its own format: not with --format, --trace, --align or --prefix"
+        )
+    if document:
+        check_document_output(text[0], output_path)
+    return document
 
 
 def _check_combinations(

@@ -1,0 +1,45 @@
+"""`mtcli translate FILE -o OUT` for a document: the command's part that reads no lines but a
+whole file (mtcli/documents does the work; this only checks, shows progress and reports)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.progress import MofNCompleteColumn, Progress
+
+from mtcli.cli.console import console
+from mtcli.engines.routing import stream
+from mtcli.errors import UserError
+
+
+def check_document_output(src: str, output_path: str) -> None:
+    """A document goes to a file of its own: -o is needed, and is not the document itself."""
+    if not output_path or output_path == "-":
+        raise UserError(f"{src}: a document is written to a file: give -o OUT")
+    if Path(output_path).resolve() == Path(src).resolve():
+        raise UserError(f"-o {output_path}: is the document itself; write to another file")
+
+
+def translate_file(
+    src: str, ext: str, output_path: str, translator, chunk_lines: int, warn
+) -> None:
+    """The document translated into -o, with a progress bar of its strings on a terminal."""
+    from mtcli.documents.document import translate_document
+
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console,
+                  transient=True, disable=not console.is_terminal) as bar:  # fmt: skip
+        task = bar.add_task(Path(src).name, total=None)
+
+        def translate(lines: list[str]) -> list[str]:
+            bar.update(task, total=len(lines))
+            out = []
+            for t in stream(translator.translate_chunk, lines, chunk_lines):
+                out.append(t.text)
+                bar.advance(task)
+            return out
+
+        outcome = translate_document(src, output_path, ext, translate)
+    if outcome.kept:
+        warn(f"{outcome.kept} of {outcome.kept + outcome.translated} strings kept as their source: "
+             "their translation lost or changed a placeholder or tag")  # fmt: skip
+    console.print(f"wrote {output_path} ({outcome.translated} strings translated)", markup=False)

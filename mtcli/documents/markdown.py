@@ -1,0 +1,153 @@
+"""Markdown (CommonMark and its tables, read as markdown-it-py's tokens): the text of each
+paragraph, heading and table cell translated; code blocks, fences, HTML blocks, front matter,
+inline code, images, autolinks, inline HTML and link targets kept byte for byte; emphasis,
+strong and links kept around the words they enclosed.
+
+Each block's inline tokens travel as an HTML fragment through the text layer's markup mode
+(emphasis as <em>, links as <a>, what is kept as a <code> element it does not translate), so the
+markers are placed by word alignment as HTML tags are; the fragment comes back as Markdown and
+replaces the block's text in its line, the rest of the line (list markers, quote marks,
+indentation, table pipes) as it was."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from mtcli.documents.segments import Outcome, Translate, decoded, newline, translate_strings
+
+TAG = {"em_open": "em", "strong_open": "strong", "s_open": "s", "link_open": "a"}
+CLOSE = {"em_close", "strong_close", "s_close", "link_close"}
+FRAGMENT = re.compile(
+    r'<code data-k="(\d+)">[^<]*</code>|<([a-z]+) data-k="(\d+)">|</([a-z]+)>|<br>|([^<]+)'
+)
+
+
+def translate(data: bytes, translate: Translate, outcome: Outcome, ext: str) -> bytes:
+    from markdown_it import MarkdownIt
+
+    text = decoded(data)
+    nl = newline(text)
+    lines = text.split(nl)
+    first = front_matter_end(lines)
+    tokens = MarkdownIt("commonmark").enable("table").parse("\n".join(lines[first:]))
+    blocks = [t for t in tokens if t.type == "inline" and t.map and t.content.strip()]
+    fragments = [to_fragment(b.children) for b in blocks]
+    done = translate_strings([f for f, _ in fragments], translate, outcome)
+    dropped: set[int] = set()
+    cursor: dict[int, int] = {}  # row -> where its next block's text is looked for
+    for block, (fragment, kept), translation in zip(blocks, fragments, done, strict=True):
+        if translation != fragment:
+            rows = range(first + block.map[0], first + block.map[1])
+            _splice(lines, rows, block.content, to_markdown(translation, kept), cursor, dropped)
+    return nl.join(line for i, line in enumerate(lines) if i not in dropped).encode("utf-8")
+
+
+def front_matter_end(lines: list[str]) -> int:
+    """The first line after a YAML front matter block (---, ..., --- or ...), else 0."""
+    if not lines or lines[0].rstrip() != "---":
+        return 0
+    for i in range(1, len(lines)):
+        if lines[i].rstrip() in ("---", "..."):
+            return i + 1
+    return 0
+
+
+def to_fragment(children) -> tuple[str, list]:
+    """Inline tokens as HTML, with what each numbered element stands for in Markdown: a pair
+    (opening, closing) for a marker, the source itself for what is kept."""
+    out, kept = [], []
+
+    def keep(raw: str) -> None:
+        out.append(f'<code data-k="{len(kept)}">x</code>')
+        kept.append(raw)
+
+    tokens = iter(children)
+    for token in tokens:
+        kind = token.type
+        if kind == "link_open" and token.markup in ("autolink", "linkify"):
+            label = "".join(t.content for t in _until_close(tokens))
+            keep(f"<{label}>" if token.markup == "autolink" else label)
+        elif kind in TAG:
+            out.append(f'<{TAG[kind]} data-k="{len(kept)}">')
+            kept.append(_markers(token))
+        elif kind in CLOSE:
+            out.append(f"</{TAG[kind.replace('close', 'open')]}>")
+        elif kind == "code_inline":
+            tick = token.markup
+            pad = " " if token.content[:1] in " `" or token.content[-1:] in " `" else ""
+            keep(f"{tick}{pad}{token.content}{pad}{tick}")
+        elif kind == "image":
+            keep(f"![{token.content}]({_target(token)})")
+        elif kind == "html_inline":
+            keep(token.content)
+        elif kind == "softbreak":
+            out.append(" ")
+        elif kind == "hardbreak":
+            out.append("<br>")
+        else:  # text, and text_special: an escaped or entity character, as it reads
+            out.append(html.escape(token.content, quote=False))
+    return "".join(out), kept
+
+
+def _until_close(tokens):
+    for token in tokens:
+        if token.type == "link_close":
+            return
+        yield token
+
+
+def _target(token) -> str:
+    attr = "src" if token.type == "image" else "href"
+    title = token.attrGet("title")
+    return token.attrGet(attr) + (f' "{title}"' if title else "")
+
+
+def _markers(token) -> tuple[str, str]:
+    if token.type == "link_open":
+        return "[", f"]({_target(token)})"
+    return token.markup, token.markup
+
+
+def to_markdown(fragment: str, kept: list) -> str:
+    """A translated fragment back as Markdown; spaces moved outside the markers that
+    enclose them (`* word*` is no emphasis)."""
+    out: list[str] = []
+    opened: list[int] = []
+    for match in FRAGMENT.finditer(fragment):
+        code, _, number, closing, text = match.groups()
+        if code is not None:
+            out.append(kept[int(code)])
+        elif number is not None:
+            opened.append(int(number))
+            out.append(kept[int(number)][0])
+        elif closing is not None and opened:
+            trail = out[-1][len(out[-1].rstrip()) :] if out else ""
+            if trail:
+                out[-1] = out[-1].rstrip()
+            out.extend([kept[opened.pop()][1], trail])
+        elif text is not None:
+            text = html.unescape(text)
+            if out and opened and out[-1] == kept[opened[-1]][0] and text[:1].isspace():
+                out.insert(len(out) - 1, text[: len(text) - len(text.lstrip())])
+                text = text.lstrip()
+            out.append(text)
+        elif match.group(0) == "<br>":
+            out.append("<br>")
+    return "".join(out).strip()
+
+
+def _splice(lines, rows, content: str, translation: str, cursor, dropped) -> None:
+    """The block's text replaced in its rows: its first line by the translation, the rows of
+    its other lines dropped; the block kept as it was where its text is not found there."""
+    parts = content.split("\n")
+    found = []
+    for row, part in zip(rows, parts, strict=False):  # a setext heading's rule: a row more
+        at = lines[row].find(part.strip(), cursor.get(row, 0))
+        if at < 0:
+            return
+        found.append((row, at, len(part.strip())))
+    row, at, size = found[0]
+    lines[row] = lines[row][:at] + translation + lines[row][at + size :]
+    cursor[row] = at + len(translation)
+    dropped.update(r for r, _, _ in found[1:])

@@ -1,0 +1,122 @@
+"""What every format shares: its errors, its bytes decoded, the strings to translate with the
+placeholders each must keep, and lines re-wrapped to a count. Stdlib only."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# printf (%s, %1$d, %.2f), brace ({name}, {0}, {{name}}) and ICU argument placeholders; a
+# translation must hold exactly the source's, else the source is kept (never a lost {name})
+PLACEHOLDER = re.compile(r"%(?:\d+\$)?[-+ #0]*\d*(?:\.\d+)?[sdifgxXeEcuo%@]|\{\{?[^{}\s]*\}?\}")
+BREAK_AFTER = set("。？！，；：、.?!,;:")  # a line ends well after these
+NO_LINE_START = set("。？！，；：、）」』”’.?!,;:)]}")  # a line never starts with these
+TAG = re.compile(r"</?[A-Za-z][^<>]*>|\{\\[^{}]*\}")  # HTML-style tags, ASS overrides ({\an8})
+
+
+class DocumentError(ValueError):
+    """A file that is not what its format says: one line naming what is wrong."""
+
+
+def decoded(data: bytes) -> str:
+    """A text document's characters (a UTF-8 byte-order mark dropped); anything else refused."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DocumentError(f"not UTF-8 (byte {e.start})") from None
+
+
+def newline(text: str) -> str:
+    """The line end a document uses, so that the translation uses it too."""
+    return "\r\n" if "\r\n" in text else "\n"
+
+
+def joined(lines: list[str]) -> str:
+    """Wrapped lines as one string: with spaces, or none between lines of unspaced text."""
+    parts = [line.strip() for line in lines]
+    spaced = any(" " in p for p in parts) or all(p.isascii() for p in parts)
+    return (" " if spaced else "").join(parts)
+
+
+def kept_marks(text: str) -> list[str]:
+    """The placeholders and tags of `text`, sorted: what its translation must hold as well."""
+    return sorted(PLACEHOLDER.findall(text) + TAG.findall(text))
+
+
+@dataclass
+class Outcome:
+    """How a document's strings fared: translated, or kept as their source because the
+    translation lost or changed a placeholder or tag."""
+
+    translated: int = 0
+    kept: int = 0
+
+
+Translate = Callable[[list[str]], list[str]]  # lines in, one translation per line out
+
+
+def translate_strings(
+    texts: list[str],
+    translate: Translate,
+    outcome: Outcome,
+    fallback: str | None = None,
+    marks: Callable[[str], list[str]] = kept_marks,
+) -> list[str]:
+    """Each non-blank string translated (leading and trailing space kept as it was); a
+    translation whose `marks` (placeholders, tags) differ from its source's is `fallback`
+    (None: the source itself)."""
+    todo = [i for i, t in enumerate(texts) if t.strip()]
+    out = list(texts)
+    done = translate([texts[i].strip() for i in todo]) if todo else []
+    for i, translation in zip(todo, done, strict=True):
+        source = texts[i]
+        if marks(translation) != marks(source):
+            out[i] = source if fallback is None else fallback
+            outcome.kept += 1
+            continue
+        lead = source[: len(source) - len(source.lstrip())]
+        trail = source[len(source.rstrip()) :]
+        out[i] = lead + translation + trail
+        outcome.translated += 1
+    return out
+
+
+def rewrap(text: str, n_lines: int) -> list[str]:
+    """`text` as at most `n_lines` lines of about equal length: at spaces where it has them,
+    else between characters (Chinese); after punctuation where that is near, never before a
+    closing mark (no line starts with "？"), never inside a tag or placeholder."""
+    spaced = " " in text.strip()
+    units = _units(text, spaced)
+    n = min(n_lines, len(units))
+    if n <= 1:
+        return [text]
+    cum = [0]
+    for unit in units:
+        cum.append(cum[-1] + len(unit))
+    cuts, lo = [], 1
+    for k in range(1, n):
+        ideal, bonus = cum[-1] * k / n, cum[-1] / n / 3
+        costs = [
+            (abs(cum[j] - ideal) - (bonus if units[j - 1][-1:] in BREAK_AFTER else 0), j)
+            for j in range(lo, len(units) - (n - 1 - k))
+            if units[j][:1] not in NO_LINE_START
+        ]
+        if not costs:
+            break
+        cuts.append(min(costs)[1])
+        lo = cuts[-1] + 1
+    joiner = " " if spaced else ""
+    bounds = [0, *cuts, len(units)]
+    return [joiner.join(units[a:b]).strip() for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def _units(text: str, spaced: bool) -> list[str]:
+    """Words (spaced text) or characters, a tag or placeholder kept as one unit."""
+    if spaced:
+        return text.split()
+    pieces = re.split(f"({TAG.pattern}|{PLACEHOLDER.pattern})", text)
+    units = []
+    for i, piece in enumerate(pieces):
+        units.extend([piece] if i % 2 else list(piece))
+    return [u for u in units if u]

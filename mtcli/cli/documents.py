@@ -30,15 +30,22 @@ def translate_file(
                   transient=True, disable=not console.is_terminal) as bar:  # fmt: skip
         task = bar.add_task(Path(src).name, total=None)
 
+        flagged: list[str] = []
+
         def translate(lines: list[str]) -> list[str]:
             bar.update(task, total=len(lines))
             out = []
             for t in stream(translator.translate_chunk, lines, chunk_lines):
                 out.append(t.text)
+                flagged.extend([t.source] if t.flagged else [])
                 bar.advance(task)
             return out
 
         outcome = translate_document(src, output_path, ext, translate)
+    if flagged:
+        shown = "; ".join(repr(s[:60]) for s in flagged[:3]) + ("; ..." if len(flagged) > 3 else "")
+        warn(f"{len(flagged)} strings flagged as unreliable (a number or name missing, or low "
+             f"confidence): read them in {output_path}: {shown}")  # fmt: skip
     if outcome.kept:
         warn(f"{outcome.kept} of {outcome.kept + outcome.translated} strings kept as their source: "
              "their translation lost or changed a placeholder or tag")  # fmt: skip

@@ -151,7 +151,8 @@ def translate_command(
     Without -m, each line goes to the installed model for its script: Chinese (Han
     characters) to zh->en, other text to en->zh; a line with no letters is left as it is.
     """
-    document = _document(text, file_format, output_path, fmt != "text" or trace or align or prefix)
+    lines_only = fmt != "text" or trace or align or prefix or min_confidence is not None
+    document = _document(text, file_format, output_path, lines_only)
     markup = html or bool(document and FORMATS[document].markup)  # its strings are HTML
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     confidence = confidence or min_confidence is not None
@@ -234,7 +235,8 @@ def _document(text: tuple[str, ...], file_format: str | None, output_path: str |
         raise click.UsageError("--file-format takes one FILE")
     if document and lines_only:
         raise click.UsageError(
-            "a document is written in its own format: not with --format, --trace, --align or --prefix"
+            "a document is written in its own format: not with --format, --trace, --align, "
+            "--prefix or --min-confidence"
         )
     if document:
         check_document_output(text[0], output_path)

@@ -39,7 +39,8 @@ def _parsed(text: str):
     import polib
 
     try:
-        return polib.pofile(text, wrapwidth=78)
+        # polib reads a string naming an existing file as that file: a line end makes it text
+        return polib.pofile(text if "\n" in text else text + "\n", wrapwidth=78)
     except (OSError, ValueError) as e:  # polib: OSError("Syntax error in po file (line 3)")
         raise DocumentError(f"not a gettext catalogue: {str(e).splitlines()[0][:160]}") from None
 

@@ -13,6 +13,9 @@ PLACEHOLDER = re.compile(r"%(?:\d+\$)?[-+ #0]*\d*(?:\.\d+)?[sdifgxXeEcuo%@]|\{\{
 BREAK_AFTER = set("。？！，；：、.?!,;:")  # a line ends well after these
 NO_LINE_START = set("。？！，；：、）」』”’.?!,;:)]}")  # a line never starts with these
 TAG = re.compile(r"</?[A-Za-z][^<>]*>|\{\\[^{}]*\}")  # HTML-style tags, ASS overrides ({\an8})
+# what an unspaced line may break between: a tag, a placeholder, a run of non-CJK characters
+# without spaces, or one other character
+UNIT = re.compile(rf"{TAG.pattern}|{PLACEHOLDER.pattern}|(?:(?![<{{])[!-~\u00a0-\u02ff])+|\S")
 
 
 class DocumentError(ValueError):
@@ -112,11 +115,9 @@ def rewrap(text: str, n_lines: int) -> list[str]:
 
 
 def _units(text: str, spaced: bool) -> list[str]:
-    """Words (spaced text) or characters, a tag or placeholder kept as one unit."""
+    """Words (spaced text) or characters; a tag, a placeholder and a run of characters
+    without spaces or CJK ($25.50, 2025-06-30, an e-mail address, a Latin word) kept as one
+    unit, so that no line break falls inside a number, a date or a name."""
     if spaced:
         return text.split()
-    pieces = re.split(f"({TAG.pattern}|{PLACEHOLDER.pattern})", text)
-    units = []
-    for i, piece in enumerate(pieces):
-        units.extend([piece] if i % 2 else list(piece))
-    return [u for u in units if u]
+    return [u for u in UNIT.findall(text) if u.strip()]

@@ -1,7 +1,10 @@
-"""Plain text: paragraphs (runs of non-blank lines) translated whole and re-wrapped to their
-line count; blank lines, indentation and line ends kept."""
+"""Plain text: each sentence wrapped over lines translated whole and re-wrapped to its line
+count, each line that ends a sentence on its own; blank lines, indentation and line ends
+kept."""
 
 from __future__ import annotations
+
+import re
 
 from mtcli.documents.segments import (
     Outcome,
@@ -13,14 +16,18 @@ from mtcli.documents.segments import (
     translate_strings,
 )
 
+SENTENCE_END = re.compile(r"[.?!。？！…:;：；][\"'”’)）」』]*\s*$")
+
 
 def paragraphs(lines: list[str]) -> list[list[int]]:
-    """The line numbers of each run of non-blank lines."""
+    """The line numbers of each run of lines translated together: non-blank lines, the run
+    ending after a line that ends a sentence (a list, a poem, a line per sentence keeps its
+    lines; only a sentence wrapped over lines is joined)."""
     runs, current = [], []
     for i, line in enumerate(lines):
         if line.strip():
             current.append(i)
-        elif current:
+        if current and (not line.strip() or SENTENCE_END.search(line)):
             runs.append(current)
             current = []
     return runs + [current] if current else runs

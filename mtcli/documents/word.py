@@ -71,7 +71,7 @@ def _formatting(run) -> str:
 
     rpr = run._r.rPr
     parent = run._r.getparent()
-    link = parent.get(qn("r:id")) or "" if parent.tag == qn("w:hyperlink") else ""
+    link = (parent.get(qn("r:id")) or "") if parent.tag == qn("w:hyperlink") else ""
     return (etree.tostring(rpr).decode() if rpr is not None else "") + link
 
 

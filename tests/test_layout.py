@@ -166,3 +166,17 @@ def test_commands_only_parse_and_call():
             if decorated and body and body[-1].end_lineno - body[0].lineno + 1 > LONGEST_COMMAND:
                 long.append(f"{path.name}:{fn.name}")
     assert not long, long
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject names its packages one by one (models/ is mapped in): a folder left off the
+    list is missing from the wheel, and an installed mtcli fails on its first import of it."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    on_disk = {
+        ".".join(init.parent.relative_to(REPO).parts) for init in PACKAGE.rglob("__init__.py")
+    }
+    assert on_disk - listed == set()

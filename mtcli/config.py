@@ -264,6 +264,9 @@ class ServeConfig:
     request_timeout: float = 10.0  # seconds a request's headers and body may take to arrive
     keep_alive: float = 5.0  # seconds an idle kept-alive connection stays open
     max_connections: int = 1000  # held at once; beyond, the stalest unfinished one is dropped
+    max_file_bytes: int = 10 << 20  # bytes of one document uploaded to POST /translate_file
+    file_timeout: float = 300.0  # seconds a document may take to translate; beyond, 413
+    keep_files: float = 600.0  # seconds a translated document waits for its one download
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # defaults a request may override
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 
 import click
@@ -26,6 +27,16 @@ def _duration(name: str, default: float, help: str, low: float = 0.1, high: floa
     return click.option(
         name, default=default, show_default=True, type=FiniteRange(low, high), help=help
     )
+
+
+# the flags whose ServeConfig field has another name (the others are the flag's own)
+LIMITS = {"max_batch_tokens": "batch_tokens", "max_request_tokens": "request_tokens"}
+
+
+def _limit_names() -> list[str]:
+    """serve's flags that are ServeConfig's limits (api_key and decode are passed apart)."""
+    fields = {f.name for f in dataclasses.fields(ServeConfig)} - {"api_key", "decode"}
+    return [name for name in (*fields, *LIMITS) if name not in LIMITS.values()]
 
 
 def _model_paths(models: tuple[str, ...]):
@@ -80,6 +91,9 @@ def _model_paths(models: tuple[str, ...]):
 )
 @_duration("--keep-alive", SERVE.keep_alive, "Seconds an idle connection stays open.")
 @_limit("--max-request-tokens", SERVE.request_tokens, "Source tokens of one request's lines together.")  # fmt: skip
+@_limit("--max-file-bytes", SERVE.max_file_bytes, "Bytes of one document sent to /translate_file.")
+@_duration("--file-timeout", SERVE.file_timeout, "Seconds a document may take to translate.")
+@_duration("--keep-files", SERVE.keep_files, "Seconds a translated document waits for its download.")  # fmt: skip
 @click.option(
     "--api-key",
     envvar="MTCLI_API_KEY",
@@ -96,9 +110,7 @@ def _model_paths(models: tuple[str, ...]):
 @engine_option("models")
 @decode_options
 def serve_command(
-    models, host, port, batch_wait_ms, max_batch_tokens, max_chars, max_lines, max_body,
-    queue_size, max_beam, max_connections, request_timeout, keep_alive, max_request_tokens, api_key,
-    shutdown_timeout, engine, device, threads, **decode,
+    models, host, port, api_key, shutdown_timeout, engine, device, threads, **options
 ) -> None:  # fmt: skip
     """Serve translation over HTTP: LibreTranslate's API, mtcli's own, and a web page at /.
 
@@ -106,9 +118,10 @@ def serve_command(
     curl -s localhost:8000/translate -H 'Content-Type: application/json' \\
          -d '{"q": "Why do we work?", "source": "en", "target": "zh"}'
     """
-    decode_cfg = build_decode_config(**decode)
-    if max_beam and max_beam < (beam := decode_cfg.beam_size):
-        raise UserError(f"--max-beam {max_beam}: below --beam-size {beam}, the server's own")
+    limits = {LIMITS.get(name, name): options.pop(name) for name in _limit_names()}
+    decode_cfg = build_decode_config(**options)
+    if limits["max_beam"] and limits["max_beam"] < (beam := decode_cfg.beam_size):
+        raise UserError(f"--max-beam {limits['max_beam']}: below --beam-size {beam}, the server's own")  # fmt: skip
     paths = _model_paths(models)
     try:
         import uvicorn
@@ -119,12 +132,7 @@ def serve_command(
         raise UserError(f"mtcli serve needs {e.name}: pip install 'mtcli[serve]'") from None
     sock = serve.listening_socket(host, port)  # before torch and the models: see its docstring
     load = loader(paths, engine, device, threads, ready=lambda line: console.print(line, markup=False))  # fmt: skip
-    cfg = ServeConfig(
-        batch_wait_ms=batch_wait_ms, batch_tokens=max_batch_tokens, max_chars=max_chars,
-        max_lines=max_lines, max_body=max_body, queue_size=queue_size, api_key=api_key,
-        max_beam=max_beam, request_tokens=max_request_tokens, request_timeout=request_timeout,
-        keep_alive=keep_alive, max_connections=max_connections, decode=decode_cfg,
-    )  # fmt: skip
+    cfg = ServeConfig(**limits, api_key=api_key, decode=decode_cfg)
     app = serve.create_app(serve.Models(load), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
     console.print(f"serving on http://{host}:{port}  (web page /, API docs /docs)", markup=False)
     _run(uvicorn, app, sock, cfg, shutdown_timeout)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtcli import files
-from mtcli.documents.formats import FORMATS, convert
+from mtcli.documents.formats import FORMATS, convert, missing_library
 from mtcli.documents.segments import DocumentError, Outcome, Translate
 from mtcli.errors import UserError
 
@@ -25,8 +25,13 @@ def document_format(path: str | Path, asked: str | None = None) -> str | None:
             raise UserError(f"--file-format {asked}: one of {names}")
         if not path.is_file():
             raise UserError(f"{path}: no such file (--file-format {asked} translates a file)")
-        return ext
-    return path.suffix.lower() if path.suffix.lower() in FORMATS and path.is_file() else None
+    else:
+        ext = path.suffix.lower()
+        if ext not in FORMATS or not path.is_file():
+            return None
+    if library := missing_library(ext):  # before the model loads, not after
+        raise UserError(f"{path}: a {ext} file needs {library}: pip install 'mtcli[documents]'")
+    return ext
 
 
 def translate_document(src: str | Path, out: str | Path, ext: str, translate: Translate) -> Outcome:

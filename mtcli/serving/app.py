@@ -30,15 +30,35 @@ from dataclasses import astuple
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mtcli.config import DecodeConfig
+from mtcli.documents.formats import FORMATS
+from mtcli.documents.segments import Outcome
 from mtcli.engines.result import Translation, translation_record
 from mtcli.engines.routing import route
 from mtcli.errors import UserError
 from mtcli.serving.batching import Batcher, Job, QueueFull
-from mtcli.serving.models import Models, Served, ct2_served, mtcli_served  # noqa: F401
+from mtcli.serving.files import (
+    AT_ONCE,
+    FileJob,
+    FileStore,
+    check_file_fields,
+    download_headers,
+    media_type,
+    read_upload,
+    supported_formats,
+    translate_upload,
+    upload_format,
+)
+from mtcli.serving.models import (  # noqa: F401
+    LANGUAGE_NAMES,
+    Models,
+    Served,
+    ct2_served,
+    mtcli_served,
+)
 from mtcli.serving.requests import (
     ApiError,
     LibreRequest,
@@ -88,6 +108,7 @@ class Service:
     def __init__(self, models: Models, cfg: ServeConfig):
         self.models, self.cfg = models, cfg
         self.batcher: Batcher | None = None  # started with the app (create_app's lifespan)
+        self.files = FileStore(cfg.keep_files)  # translated documents waiting for download
 
     def check_key(self, given, header: str | None) -> None:
         """The server's key, from the body's api_key (as LibreTranslate clients send it) or
@@ -109,19 +130,22 @@ class Service:
         align: bool = False,
         html: bool = False,
         confidence: bool = False,
+        limits: bool = True,
     ) -> list[Routed]:
         """Lines -> (Translation, the Served that made it or None) each, through the queue.
 
         `pick(line)` names the model for a line (None: it passes through unchanged); `state`
-        is the request's, whose log line counts the lines.
+        is the request's, whose log line counts the lines; `limits`: the per-request caps on
+        lines, characters and tokens apply.
         """
         self.models.check_ready()
-        check_lines(lines, self.cfg)
+        if limits:  # a document's strings are bounded by its size and deadline instead
+            check_lines(lines, self.cfg)
         state.lines = len(lines)
         results, groups = route(lines, lambda line: s.name if (s := pick(line)) else None)
         work = [(self.models.by_name(name), rows) for name, rows in groups.items()]
         tokens = [sum(s.count_tokens(lines[i]) + 1 for i in rows) for s, rows in work]
-        if (total := sum(tokens)) > (cap := self.cfg.request_tokens):
+        if limits and (total := sum(tokens)) > (cap := self.cfg.request_tokens):
             raise ApiError(413, f"{total} source tokens in one request; at most {cap}")
         jobs: list[tuple[Job, list[int], Served]] = []
         try:
@@ -181,6 +205,27 @@ class Service:
             if any(key in a for a in out):  # an item that passed through has no confidence: null
                 merged[key] = [a.get(key) for a in out]
         return merged
+
+    async def translate_file(
+        self, state, name: str, data: bytes, ext: str, source: str, target: str
+    ) -> tuple[bytes, Outcome, int]:
+        """An uploaded document translated (files.py): its bytes, how its strings fared, and
+        how many were flagged as unreliable."""
+        pick = self.models.picker(source, target)  # an unknown pair: a 400 before any work
+        decode = request_decode(self.cfg)
+
+        async def run(lines: list[str], html: bool) -> list[Translation]:
+            routed = await self.translate(
+                state, lines, pick, decode, html=html, confidence=True, limits=False
+            )
+            return [t for t, _ in routed]
+
+        timeout = self.cfg.file_timeout
+        loop = asyncio.get_running_loop()
+        job = FileJob(run, FORMATS[ext].markup, time.monotonic() + timeout, timeout, loop)
+        translated, outcome = await translate_upload(job, name, data, ext)
+        state.lines = outcome.translated + outcome.kept
+        return translated, outcome, job.flagged
 
     async def v1(self, state, req: V1Request) -> dict:
         """mtcli's own answer: n-best with scores, alignments and attention when asked."""
@@ -246,6 +291,7 @@ def create_app(
     _log_requests(app, log)
     _errors_as_json(app)
     _translation_routes(app, service)
+    _file_routes(app, service)
     _other_routes(app, service)
     return app
 
@@ -344,3 +390,61 @@ def _other_routes(app: FastAPI, service: Service) -> None:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page():
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+
+def _file_routes(app: FastAPI, service: Service) -> None:
+    cfg, store = service.cfg, service.files
+
+    @app.post("/translate_file", summary="LibreTranslate-compatible document translation")
+    async def translate_file(request: Request):
+        """LibreTranslate's /translate_file: a multipart `file` (its format from its extension:
+        /frontend/settings lists them), `source` (or auto), `target`, `api_key`. The answer's
+        `translatedFileUrl` downloads the translation once, within --keep-files seconds;
+        `strings`, `keptAsSource` and `flagged` say how its strings fared."""
+        if store.busy >= AT_ONCE:  # before the body is read: memory stays bounded
+            raise ApiError(
+                503,
+                f"{AT_ONCE} documents are being translated; retry shortly",
+                {"Retry-After": "5"},
+            )
+        store.busy += 1
+        try:
+            fields, name, data = await read_upload(request, cfg.max_file_bytes)
+            service.check_key(fields.get("api_key"), request.headers.get("x-api-key"))
+            service.models.check_ready()
+            source, target = check_file_fields(fields)
+            ext = upload_format(name)
+            translated, outcome, flagged = await service.translate_file(
+                request.state, name, data, ext, source, target
+            )
+        finally:
+            store.busy -= 1
+        file_id = store.put(name, translated)
+        return {
+            "translatedFileUrl": str(request.url_for("download_file", file_id=file_id)),
+            "strings": outcome.translated + outcome.kept, "keptAsSource": outcome.kept,
+            "flagged": flagged,
+        }  # fmt: skip
+
+    @app.get(
+        "/download_file/{file_id}", name="download_file", summary="A translated document, once"
+    )
+    async def download_file(file_id: str):
+        held = store.take(file_id)
+        return Response(held.data, media_type=media_type(held), headers=download_headers(held))
+
+    @app.get("/frontend/settings", summary="LibreTranslate's settings for its web page")
+    async def frontend_settings():
+        service.models.check_ready()
+        languages = service.models.languages()
+        source = languages[0] if languages else {"code": "en", "name": "English"}
+        target = source.get("targets", ["zh"])[0]
+        return {
+            "charLimit": cfg.max_chars, "frontendTimeout": 500, "apiKeys": bool(cfg.api_key),
+            "keyRequired": bool(cfg.api_key), "suggestions": False, "filesTranslation": True,
+            "supportedFilesFormat": supported_formats(), "maxFileBytes": cfg.max_file_bytes,
+            "language": {
+                "source": {"code": source["code"], "name": source["name"]},
+                "target": {"code": target, "name": LANGUAGE_NAMES.get(target, target)},
+            },
+        }  # fmt: skip

@@ -22,7 +22,10 @@ from mtcli.engines.result import Translation
 from mtcli.serving.app import Models, ServeConfig, Served, create_app
 from tests.test_documents import _docx, swapcase
 
-SRT = "1\n00:00:01,000 --> 00:00:02,500\n<i>Where is the station?</i>\n\n2\n00:00:03,000 --> 00:00:04,000\nI have {n} cats.\n"  # fmt: skip
+SRT = (
+    "1\n00:00:01,000 --> 00:00:02,500\n<i>Where is the station?</i>\n\n"
+    "2\n00:00:03,000 --> 00:00:04,000\nI have {n} cats.\n"
+)
 
 
 class Swapping:
@@ -172,7 +175,8 @@ def _files(app):
 
 
 def test_requests_that_are_not_an_upload_are_one_clear_400(client):
-    no_file = client.post("/translate_file", data={"source": "en", "target": "zh"}, files={"x": ("a.txt", b"")})  # fmt: skip
+    form = {"source": "en", "target": "zh"}
+    no_file = client.post("/translate_file", data=form, files={"x": ("a.txt", b"")})
     assert "a file in field 'x'" in no_file.json()["error"]
     json_body = client.post("/translate_file", json={"file": "a", "target": "zh"})
     assert json_body.status_code == 400 and "multipart/form-data" in json_body.json()["error"]

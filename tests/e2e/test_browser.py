@@ -113,3 +113,41 @@ def test_the_page_marks_the_lines_the_model_is_unsure_of(browser):
         assert not browser.find_element(By.ID, "unsure-note").is_displayed()
     finally:
         server.stop()
+
+
+def test_the_files_tab_translates_a_subtitle_file(browser, tmp_path):
+    """The Files tab (shown because /frontend/settings says files are translated): an .srt
+    chosen in the file input and sent comes back as a download link whose file has the
+    cue's timing as it was and Chinese text; the link works once."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    film = tmp_path / "film.srt"
+    film.write_text("1\n00:00:01,000 --> 00:00:02,500\nWhy do we work?\n", encoding="utf-8")
+    server = _Server("-m", "en-zh-tiny")
+    try:
+        browser.get(server.url + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_element(By.ID, "status").text == "ready")
+        wait.until(lambda b: b.find_element(By.ID, "tab-files").is_displayed())
+        browser.find_element(By.ID, "tab-files").click()
+        assert ".srt" in browser.find_element(By.ID, "file").get_attribute("accept")
+        browser.find_element(By.ID, "send-file").click()  # no pair, no file: said so
+        assert "choose a file" in browser.find_element(By.ID, "file-error").text
+        Select(browser.find_element(By.ID, "pair")).select_by_value("en|zh")
+        browser.find_element(By.ID, "file").send_keys(str(film))
+        browser.find_element(By.ID, "send-file").click()
+        wait.until(lambda b: b.find_element(By.ID, "download").is_displayed())
+        link = browser.find_element(By.ID, "download")
+        assert link.get_attribute("download") == "film.srt"
+        assert "1 strings translated" in browser.find_element(By.ID, "file-status").text
+        fetch = (
+            "const done = arguments[arguments.length - 1];"
+            "fetch(arguments[0]).then(async r => done([r.status, await r.text()]));"
+        )
+        status, text = browser.execute_async_script(fetch, link.get_attribute("href"))
+        assert status == 200 and text.startswith("1\n00:00:01,000 --> 00:00:02,500\n")
+        assert any("\u4e00" <= ch <= "\u9fff" for ch in text)
+        assert browser.execute_async_script(fetch, link.get_attribute("href"))[0] == 404
+    finally:
+        server.stop()

@@ -224,16 +224,25 @@ def translate_html(
     inline code element travels as `keep_word(n, run text)`: a stand-in number, or a model's
     placeholder piece."""
     parts = read(document, keep_word)
+    texts = run_texts(parts)
+    return written(parts, translate(texts) if texts else [], tgt_spaced)
+
+
+def run_texts(parts: list[str | Run]) -> list[str]:
+    """The texts to translate of a read document: its runs that hold more than whitespace."""
+    return [p.text.strip() for p in parts if isinstance(p, Run) and p.text.strip()]
+
+
+def written(parts: list[str | Run], results: list, tgt_spaced: bool) -> str:
+    """A read document written back with `results`, one per run of `run_texts(parts)`."""
     runs = [p for p in parts if isinstance(p, Run) and p.text.strip()]
-    results = dict(
-        zip(map(id, runs), translate([r.text.strip() for r in runs]) if runs else [], strict=True)
-    )
+    by_run = dict(zip(map(id, runs), results, strict=True))
     out = []
     for part in parts:
         if isinstance(part, str):
             out.append(part)
-        elif id(part) in results:
-            out.append(_project(part, results[id(part)], tgt_spaced))
+        elif id(part) in by_run:
+            out.append(_project(part, by_run[id(part)], tgt_spaced))
         else:  # whitespace only, or tags around nothing: as it was read
             out.append(_emit(part.elements, part.text, 0, len(part.text)))
     return "".join(out)

@@ -1,6 +1,7 @@
 """`make bench`: run every benchmark in its own process, then print one table.
 
-    python bench/run.py [--minutes 20] [--only train,data,decode,ct2,memory,distill,serve,hostile,attention,quality]
+    python bench/run.py [--minutes 20]
+        [--only train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -59,6 +60,19 @@ def data_rows() -> list[tuple[str, str, str, str]]:
     for name, s in d["speed_first_100_steps_tatoeba"].items():
         rows.append(("data", f"first 100 steps, Tatoeba: {name}", "tgt tok/s | vs store",
                      f"{s['tgt_tokens_per_s']:,} | {s['vs_store']:.2f}x"))  # fmt: skip
+    return rows
+
+
+def document_rows() -> list[tuple[str, str, str, str]]:
+    """bench/documents.py: each format's words/s, and its speed against plain lines."""
+    d = _load("documents")
+    if not d:
+        return []
+    lines = d["lines"]["words_per_s"]
+    rows = [("documents", f"{d['sentences']} sentences as lines", "words/s", f"{lines:,}")]
+    for ext, r in d["formats"].items():
+        value = f"{r['words_per_s']:,} | {r['vs_lines']:.2f}x"
+        rows.append(("documents", ext, "words/s | vs lines", value))
     return rows
 
 
@@ -172,6 +186,7 @@ def table() -> str:
             what = "decode s | imports | peak | peak-imports | in use MB"
             rows.append(("memory", f"beam 5, {name}", what, value))
     rows += distill_rows()
+    rows += document_rows()
     if sv := _load("serve"):
         for name, r in sv["results"].items():
             value = (
@@ -251,7 +266,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
     ap.add_argument(
-        "--only", default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality"
+        "--only",
+        default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents",
     )
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
@@ -279,6 +295,8 @@ def main() -> None:
         if "quality" in only:
             _run("quality.py", "--corpus", "multi30k-en-de", "--minutes", args.minutes)
             _run("quality.py", "--corpus", "tatoeba-en-zh", "--minutes", args.minutes)
+        if "documents" in only:  # words/s of each format against the same sentences as lines
+            _run("documents.py")
     print(table())
 
 

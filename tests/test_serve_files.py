@@ -181,6 +181,8 @@ def test_requests_that_are_not_an_upload_are_one_clear_400(client):
     json_body = client.post("/translate_file", json={"file": "a", "target": "zh"})
     assert json_body.status_code == 400 and "multipart/form-data" in json_body.json()["error"]
     assert "missing target" in _upload(client, "a.txt", b"Hi.", target="").json()["error"]
+    twice = _upload(client, "a.txt", b"Hi.", source=["en", "zh"])
+    assert twice.json()["error"] == "invalid request: source given 2 times"
     assert "unknown field 'colour'" in _upload(client, "a.txt", b"Hi.", colour="red").json()["error"]  # fmt: skip
     assert "no model translates de->zh" in _upload(client, "a.txt", b"Hi.", source="de").json()["error"]  # fmt: skip
     assert client.get("/download_file/nothing-here.a.txt").status_code == 404

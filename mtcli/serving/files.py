@@ -19,6 +19,7 @@ import re
 import secrets
 import time
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -125,7 +126,7 @@ async def read_upload(request: Request, limit: int) -> tuple[dict, str, bytes]:
     async def replay():
         return {"type": "http.request", "body": body, "more_body": False}
 
-    fields: dict = {}
+    fields: dict[str, list] = {}
     name, data = None, b""
     async with Request(request.scope, replay).form(max_files=1, max_fields=len(FILE_FIELDS)) as form:  # fmt: skip
         for key, value in form.multi_items():
@@ -134,9 +135,10 @@ async def read_upload(request: Request, limit: int) -> tuple[dict, str, bytes]:
                     raise ApiError(400, f"invalid request: a file in field {key[:40]!r}; name it file")  # fmt: skip
                 name, data = value.filename or "", await value.read(limit + 1)
             else:
-                fields[key] = [*fields[key], value] if key in fields else value
+                fields.setdefault(key, []).append(value)
     if name is None:
         raise ApiError(400, "invalid request: missing file parameter")
+    fields = {k: v[0] if len(v) == 1 else v for k, v in fields.items()}  # repeated: a 400 later
     if len(data) > limit:
         raise ApiError(413, f"the file is over {limit} bytes (--max-file-bytes)")
     return fields, name, data
@@ -155,7 +157,7 @@ def check_file_fields(fields: dict) -> tuple[str, str]:
 class FileJob:
     """One document's translation: its strings, in jobs of the queue, before a deadline."""
 
-    run: object  # async (lines, html) -> list of Translation, through the queue
+    run: Callable[[list[str], bool], Awaitable[list]]  # lines, html -> Translations, queued
     html: bool
     deadline: float  # time.monotonic() by which the whole document is done
     timeout: float

@@ -279,13 +279,38 @@ def test_markdown_keeps_code_targets_front_matter_html_and_structure():
         "<https://example.com>. a SECOND LINE OF THE SAME PARAGRAPH."
     )
     assert "- wHY DO WE **WORK**?" in lines and "  1. gOOD MORNING." in lines
-    assert "> tHANK YOU." in lines and "| gOOD MORNING. | ![a cat](cat.png) |" in lines
+    assert "> tHANK YOU." in lines and "| gOOD MORNING. | ![A CAT](cat.png) |" in lines
 
     def shape(text):
         md = MarkdownIt("commonmark").enable("table")
         return [(t.type, t.tag, t.markup) for t in md.parse(text) if t.type != "inline"]
 
     assert shape(out) == shape(MARKDOWN)
+
+
+def test_markdown_image_alt_text_is_translated_and_a_cell_keeps_its_pipes():
+    """An image's alt text is translated (its target kept; a bracket the translation writes
+    escaped, one the source escaped left alone); a `|` a translation writes in a table cell is
+    escaped, so the row keeps its cells."""
+    from markdown_it import MarkdownIt
+
+    src = '| Word | Note |\n|---|---|\n| Hello | x |\n\n![A red \\[cat\\]](cat.png "T") ![Dog](d.png)\n'
+
+    def odd(lines):
+        return [line.replace("Hello", "He|llo").replace("Dog", "D[o]g") for line in lines]
+
+    out = translated(".md", src, odd)[0].decode()
+    assert "| He\\|llo | x |" in out
+    assert '![A red \\[cat\\]](cat.png "T") ![D\\[o\\]g](d.png)' in out
+    tokens = MarkdownIt("commonmark").enable("table").parse(out)
+    assert [t.type for t in tokens].count("td_open") == 2
+    images = [c for t in tokens if t.type == "inline" for c in t.children if c.type == "image"]
+    assert [i.attrGet("src") for i in images] == ["cat.png", "d.png"]
+    assert (
+        translated(".md", src)[0]
+        .decode()
+        .endswith('![a RED \\[CAT\\]](cat.png "T") ![dOG](d.png)\n')
+    )
 
 
 def test_markdown_spaces_stay_outside_the_markers():

@@ -1,7 +1,8 @@
 """Markdown (CommonMark and its tables, read as markdown-it-py's tokens): the text of each
 paragraph, heading and table cell translated; code blocks, fences, HTML blocks, front matter,
-inline code, images, autolinks, inline HTML and link targets kept byte for byte; emphasis,
-strong and links kept around the words they enclosed.
+inline code, image targets, autolinks, inline HTML and link targets kept byte for byte (an
+image's alt text is translated); emphasis, strong and links kept around the words they
+enclosed.
 
 Each block's inline tokens travel as an HTML fragment through the text layer's markup mode
 (emphasis as <em>, links as <a>, what is kept as a <code> element it does not translate), so the
@@ -32,15 +33,44 @@ def translate(data: bytes, translate: Translate, outcome: Outcome, ext: str) -> 
     first = front_matter_end(lines)
     tokens = MarkdownIt("commonmark").enable("table").parse("\n".join(lines[first:]))
     blocks = [t for t in tokens if t.type == "inline" and t.map and t.content.strip()]
+    opens = zip(tokens, tokens[1:], strict=False)
+    cells = {id(t) for before, t in opens if before.type in ("td_open", "th_open")}
     fragments = [to_fragment(b.children) for b in blocks]
     done = translate_strings([f for f, _ in fragments], translate, outcome)
+    changed = _translate_alts([kept for _, kept in fragments], translate, outcome)
     dropped: set[int] = set()
     cursor: dict[int, int] = {}  # row -> where its next block's text is looked for
-    for block, (fragment, kept), translation in zip(blocks, fragments, done, strict=True):
-        if translation != fragment:
+    for i, (block, (fragment, kept), translation) in enumerate(zip(blocks, fragments, done, strict=True)):  # fmt: skip
+        if translation != fragment or i in changed:
             rows = range(first + block.map[0], first + block.map[1])
-            _splice(lines, rows, block.content, to_markdown(translation, kept), cursor, dropped)
+            written = to_markdown(translation, kept, cell=id(block) in cells)
+            _splice(lines, rows, block.content, written, cursor, dropped)
     return nl.join(line for i, line in enumerate(lines) if i not in dropped).encode("utf-8")
+
+
+class Image(str):
+    """A kept image (`![alt](src "title")`), whose alt text (as written: markdown-it's
+    content keeps its escapes) is translated apart."""
+
+    def __new__(cls, alt: str, target: str):
+        image = super().__new__(cls, f"![{alt}]({target})")
+        image.alt, image.target = alt, target
+        return image
+
+
+def _translate_alts(kepts: list[list], translate: Translate, outcome: Outcome) -> set[int]:
+    """Each image's alt text translated in place (what a screen reader says, as HTML's alt
+    attribute is); the blocks whose images changed."""
+    where = [(b, i) for b, kept in enumerate(kepts) for i, k in enumerate(kept) if isinstance(k, Image)]  # fmt: skip
+    alts = [html.escape(kepts[b][i].alt, quote=False) for b, i in where]
+    changed = set()
+    for (b, i), alt in zip(where, translate_strings(alts, translate, outcome), strict=True):
+        image, alt = kepts[b][i], html.unescape(alt)
+        if alt != image.alt:
+            written = re.sub(r"(?<!\\)([\[\]])", r"\\\1", alt)  # a bare bracket would end it
+            kepts[b][i] = Image(written, image.target)
+            changed.add(b)
+    return changed
 
 
 def front_matter_end(lines: list[str]) -> int:
@@ -78,7 +108,7 @@ def to_fragment(children) -> tuple[str, list]:
             pad = " " if token.content[:1] in " `" or token.content[-1:] in " `" else ""
             keep(f"{tick}{pad}{token.content}{pad}{tick}")
         elif kind == "image":
-            keep(f"![{token.content}]({_target(token)})")
+            keep(Image(token.content, _target(token)))
         elif kind == "html_inline":
             keep(token.content)
         elif kind == "softbreak":
@@ -109,9 +139,10 @@ def _markers(token) -> tuple[str, str]:
     return token.markup, token.markup
 
 
-def to_markdown(fragment: str, kept: list) -> str:
+def to_markdown(fragment: str, kept: list, cell: bool = False) -> str:
     """A translated fragment back as Markdown; spaces moved outside the markers that
-    enclose them (`* word*` is no emphasis)."""
+    enclose them (`* word*` is no emphasis); in a table `cell`, a translated `|` escaped (it
+    would end the cell)."""
     out: list[str] = []
     opened: list[int] = []
     for match in FRAGMENT.finditer(fragment):
@@ -128,6 +159,7 @@ def to_markdown(fragment: str, kept: list) -> str:
             out.extend([kept[opened.pop()][1], trail])
         elif text is not None:
             text = html.unescape(text)
+            text = text.replace("|", "\\|") if cell else text
             if out and opened and out[-1] == kept[opened[-1]][0] and text[:1].isspace():
                 out.insert(len(out) - 1, text[: len(text) - len(text.lstrip())])
                 text = text.lstrip()

@@ -156,6 +156,22 @@ def test_json_keeps_a_string_whose_translation_loses_a_placeholder():
     assert value["menu"]["items"] == ["WHY DO WE WORK?", "Hello, {name}!"]
 
 
+def test_json_a_plural_keeps_its_count_sign_and_other_text_need_not():
+    """`#` is the count only in a plural branch: a translation that drops it there keeps the
+    source; in "Room #5" (or a select's branch) it is text, and the translation stands."""
+    src = (
+        '{"p": "{n, plural, one {# cat} other {# cats}}", "room": "Room #5", '
+        '"s": "{g, select, f {#1 fan} other {fan}}"}'
+    )
+
+    def drops(lines):
+        return [line.replace("#", "").upper() for line in lines]
+
+    value = json.loads(translated(".json", src, drops)[0])
+    assert value["p"] == "{n, plural, one {# cat} other {# cats}}"
+    assert value["room"] == "ROOM 5" and value["s"] == "{g, select, f {1 FAN} other {FAN}}"
+
+
 def test_json_nested_ten_thousand_deep_is_refused():
     with pytest.raises(ValueError, match="nested too deep"):
         translated(".json", "[" * 10_000 + "]" * 10_000)

@@ -61,17 +61,19 @@ def _matching(text: str, opening: int) -> int:
     return -1
 
 
-def strings(parts: list[str | Choice]) -> Iterator[str]:
-    """What to translate in a parsed message, in order."""
+def strings(parts: list[str | Choice], counted: bool = False) -> Iterator[tuple[str, bool]]:
+    """What to translate in a parsed message, in order, each with whether it lies in a plural
+    branch (where `#` is the count, and must stay; elsewhere it is text: "Room #5")."""
     if not any(isinstance(p, Choice) for p in parts):
-        yield "".join(parts)
+        yield "".join(parts), counted
         return
     for part in parts:
         if isinstance(part, Choice):
+            plural = counted or bool(re.search(r",\s*(?:plural|selectordinal)\s*,", part.head))
             for _, message in part.branches:
-                yield from strings(message)
+                yield from strings(message, plural)
         else:
-            yield part
+            yield part, counted
 
 
 def rebuilt(parts: list[str | Choice], done: Iterator[str]) -> str:
@@ -89,5 +91,5 @@ def rebuilt(parts: list[str | Choice], done: Iterator[str]) -> str:
 
 
 def marks(text: str, kept: Callable[[str], list[str]]) -> list[str]:
-    """What a branch's translation must keep: the placeholders, and each `#` (the count)."""
+    """What a plural branch's translation must keep: the placeholders, and each `#` (the count)."""
     return kept(text) + ["#"] * text.count("#")

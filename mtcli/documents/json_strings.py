@@ -32,7 +32,8 @@ def translate(data: bytes, translate: Translate, outcome: Outcome, ext: str) -> 
     values = [m for m in STRING.finditer(text) if not KEY.match(text, m.end())]
     messages = [icu.parse(json.loads(m.group(0))) for m in values]
     pieces = [piece for parts in messages for piece in icu.strings(parts)]
-    done = iter(translate_strings(pieces, translate, outcome, marks=_marks))
+    marks = [_counted if counted else kept_marks for _, counted in pieces]
+    done = iter(translate_strings([t for t, _ in pieces], translate, outcome, marks=marks))
     out, at = [], 0
     for match, parts in zip(values, messages, strict=True):
         source, new = json.loads(match.group(0)), icu.rebuilt(parts, done)
@@ -41,7 +42,7 @@ def translate(data: bytes, translate: Translate, outcome: Outcome, ext: str) -> 
     return ("".join(out) + text[at:]).encode("utf-8")
 
 
-def _marks(text: str) -> list[str]:
+def _counted(text: str) -> list[str]:
     return icu.marks(text, kept_marks)
 
 

@@ -64,17 +64,18 @@ def translate_strings(
     translate: Translate,
     outcome: Outcome,
     fallback: str | None = None,
-    marks: Callable[[str], list[str]] = kept_marks,
+    marks: Callable[[str], list[str]] | list[Callable[[str], list[str]]] = kept_marks,
 ) -> list[str]:
     """Each non-blank string translated (leading and trailing space kept as it was); a
-    translation whose `marks` (placeholders, tags) differ from its source's is `fallback`
-    (None: the source itself)."""
+    translation whose `marks` (placeholders, tags: one way to find them for every string, or
+    one for each) differ from its source's is `fallback` (None: the source itself)."""
+    each = marks if isinstance(marks, list) else [marks] * len(texts)
     todo = [i for i, t in enumerate(texts) if t.strip()]
     out = list(texts)
     done = translate([texts[i].strip() for i in todo]) if todo else []
     for i, translation in zip(todo, done, strict=True):
         source = texts[i]
-        if marks(translation) != marks(source):
+        if each[i](translation) != each[i](source):
             out[i] = source if fallback is None else fallback
             outcome.kept += 1
             continue

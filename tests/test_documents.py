@@ -329,6 +329,31 @@ def test_markdown_image_alt_text_is_translated_and_a_cell_keeps_its_pipes():
     )
 
 
+def test_markdown_reference_links_stay_reference_links():
+    """Full, collapsed and shortcut reference links come back as references to the same
+    definitions (a shortcut's label follows its translated text); every link's target, as the
+    parser reads it, is the source's; a code span that looks like a link changes nothing."""
+    from markdown_it import MarkdownIt
+
+    src = (
+        'See [the guide][g], [Docs] and [more][] or [inline](http://i "t") and `a[0]` [x].\n'
+        "\nRun `[y](z)` then [the guide][g].\n\n[g]: http://g\n[docs]: http://d\n[more]: http://m\n"
+    )
+    out = translated(".md", src)[0].decode()
+    assert out.startswith(
+        'sEE [THE GUIDE][g], [dOCS][Docs] AND [MORE][more] OR [INLINE](http://i "t") AND `a[0]` [X].'
+    )
+    assert out.endswith("[g]: http://g\n[docs]: http://d\n[more]: http://m\n")
+
+    def targets(text):
+        inline = [t for t in MarkdownIt("commonmark").parse(text) if t.type == "inline"]
+        return [c.attrGet("href") for t in inline for c in t.children if c.type == "link_open"]
+
+    assert (
+        targets(out) == targets(src) == ["http://g", "http://d", "http://m", "http://i", "http://g"]
+    )
+
+
 def test_markdown_spaces_stay_outside_the_markers():
     def moves(lines):
         return [line.replace('<em data-k="0">', '<em data-k="0"> ') for line in lines]

@@ -2,7 +2,7 @@
 paragraph, heading and table cell translated; code blocks, fences, HTML blocks, front matter,
 inline code, image targets, autolinks, inline HTML and link targets kept byte for byte (an
 image's alt text is translated); emphasis, strong and links kept around the words they
-enclosed.
+enclosed (a reference link stays one: `[译文][label]`).
 
 Each block's inline tokens travel as an HTML fragment through the text layer's markup mode
 (emphasis as <em>, links as <a>, what is kept as a <code> element it does not translate), so the
@@ -31,11 +31,13 @@ def translate(data: bytes, translate: Translate, outcome: Outcome, ext: str) -> 
     nl = newline(text)
     lines = text.split(nl)
     first = front_matter_end(lines)
-    tokens = MarkdownIt("commonmark").enable("table").parse("\n".join(lines[first:]))
+    references: dict = {}
+    tokens = MarkdownIt("commonmark").enable("table").parse("\n".join(lines[first:]), references)
     blocks = [t for t in tokens if t.type == "inline" and t.map and t.content.strip()]
     opens = zip(tokens, tokens[1:], strict=False)
     cells = {id(t) for before, t in opens if before.type in ("td_open", "th_open")}
-    fragments = [to_fragment(b.children) for b in blocks]
+    known = references.get("references", {})
+    fragments = [to_fragment(b.children, link_ends(b.content, known)) for b in blocks]
     done = translate_strings([f for f, _ in fragments], translate, outcome)
     changed = _translate_alts([kept for _, kept in fragments], translate, outcome)
     dropped: set[int] = set()
@@ -83,10 +85,39 @@ def front_matter_end(lines: list[str]) -> int:
     return 0
 
 
-def to_fragment(children) -> tuple[str, list]:
+# a bracketed link text, maybe an image's, and what follows it: (target) or [label]
+LINK = re.compile(
+    r"(!?)\[((?:[^\[\]\\]|\\.)*)\](\((?:[^()\\]|\\.|\([^()]*\))*\)|\[((?:[^\[\]\\]|\\.)*)\])?"
+)
+
+
+def link_ends(content: str, references: dict) -> list[str] | None:
+    """How each link of a block's source closes, in order: None for an inline link (its
+    target is written from the token), `][label]` for a reference link, so that it stays one
+    (a shortcut `[text]` or collapsed `[text][]` link names its label after the translated
+    text). None where the links found here are not the parser's (then all are written inline)."""
+    from markdown_it.common.utils import normalizeReference
+
+    ends = []
+    for match in LINK.finditer(content):
+        bang, text, after, label = match.groups()
+        if bang:
+            continue
+        if after and after.startswith("("):
+            ends.append(None)
+        elif normalizeReference(label or text) in references:
+            ends.append(f"][{label or text}]")
+    return ends
+
+
+def to_fragment(children, ends: list | None = None) -> tuple[str, list]:
     """Inline tokens as HTML, with what each numbered element stands for in Markdown: a pair
-    (opening, closing) for a marker, the source itself for what is kept."""
+    (opening, closing) for a marker, the source itself for what is kept; `ends`: how each
+    link closes (link_ends), where they are known."""
     out, kept = [], []
+    links = [t for t in children if t.type == "link_open" and t.markup not in ("autolink", "linkify")]  # fmt: skip
+    ends = ends if ends is not None and len(ends) == len(links) else [None] * len(links)
+    link_end = iter(ends)
 
     def keep(raw: str) -> None:
         out.append(f'<code data-k="{len(kept)}">x</code>')
@@ -100,7 +131,8 @@ def to_fragment(children) -> tuple[str, list]:
             keep(f"<{label}>" if token.markup == "autolink" else label)
         elif kind in TAG:
             out.append(f'<{TAG[kind]} data-k="{len(kept)}">')
-            kept.append(_markers(token))
+            end = next(link_end) if kind == "link_open" else None
+            kept.append(("[", end) if end else _markers(token))
         elif kind in CLOSE:
             out.append(f"</{TAG[kind.replace('close', 'open')]}>")
         elif kind == "code_inline":

@@ -44,9 +44,13 @@ def translate_file(
         outcome = translate_document(src, output_path, ext, translate)
     if flagged:
         shown = "; ".join(repr(s[:60]) for s in flagged[:3]) + ("; ..." if len(flagged) > 3 else "")
-        warn(f"{len(flagged)} strings flagged as unreliable (a number or name missing, or low "
+        warn(f"{_strings(len(flagged))} flagged as unreliable (a number or name missing, or low "
              f"confidence): read them in {output_path}: {shown}")  # fmt: skip
     if outcome.kept:
-        warn(f"{outcome.kept} of {outcome.kept + outcome.translated} strings kept as their source: "
+        warn(f"{outcome.kept} of {_strings(outcome.kept + outcome.translated)} kept as their source: "
              "their translation lost or changed a placeholder or tag")  # fmt: skip
-    console.print(f"wrote {output_path} ({outcome.translated} strings translated)", markup=False)
+    console.print(f"wrote {output_path} ({_strings(outcome.translated)} translated)", markup=False)
+
+
+def _strings(n: int) -> str:
+    return f"{n} string" if n == 1 else f"{n} strings"

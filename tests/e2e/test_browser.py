@@ -140,7 +140,7 @@ def test_the_files_tab_translates_a_subtitle_file(browser, tmp_path):
         wait.until(lambda b: b.find_element(By.ID, "download").is_displayed())
         link = browser.find_element(By.ID, "download")
         assert link.get_attribute("download") == "film.srt"
-        assert "1 strings translated" in browser.find_element(By.ID, "file-status").text
+        assert "1 string translated" in browser.find_element(By.ID, "file-status").text
         fetch = (
             "const done = arguments[arguments.length - 1];"
             "fetch(arguments[0]).then(async r => done([r.status, await r.text()]));"

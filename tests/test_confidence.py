@@ -233,8 +233,58 @@ def test_jsonl_tsv_and_text_say_how_sure_each_line_is():
     text = _translate("--confidence")
     assert text.stdout.splitlines() == [r["translation"] for r in records]
     assert text.stderr.count("flagged") == 1
-    assert "1 of 2 lines flagged as unreliable; --format jsonl shows which" in text.stderr
-    assert "confidence" not in _translate("--format", "jsonl").stdout  # not asked: not computed
+    assert (
+        "1 of 2 lines flagged as unreliable (line 2); --format jsonl gives each line's confidence"
+        in text.stderr
+    )
+
+
+def test_confidence_is_on_by_default_and_off_when_told():
+    """Unasked, every line gets the same confidence as with --confidence; --no-confidence
+    computes none, so nothing is flagged by it."""
+    asked = _translate("--confidence", "--format", "jsonl").stdout
+    assert _translate("--format", "jsonl").stdout == asked
+    assert "flagged as unreliable" in _translate().stderr
+    off = _translate("--no-confidence", "--format", "jsonl")
+    assert "confidence" not in off.stdout and "flagged" not in off.stderr
+    assert [json.loads(x)["translation"] for x in off.stdout.splitlines()] == [
+        json.loads(x)["translation"] for x in asked.splitlines()
+    ]
+    draw = _translate("--sample", "--format", "jsonl")  # a draw is not judged, and no error says so
+    assert "confidence" not in draw.stdout and not draw.stderr
+    refused = CliRunner().invoke(
+        main, ["translate", "--no-confidence", "--min-confidence", "0.3", "Hi."]
+    )
+    assert refused.exit_code == 2 and "--no-confidence" in refused.stderr and not refused.stdout
+
+
+# The lines the before-stop check reads (issue 47's note): the first three lose or change a fact
+# while every number is kept (8:15 left/leaves, "costs" and "the tour takes" dropped, "before"
+# written as "on"), the two Chinese lines are translated right.
+EVERYDAY = [
+    "We are late. The bus left at 8:15.",
+    "The ticket costs $25.50 and the tour takes 3 hours.",
+    "Write to anna@example.org before 2025-06-30.",
+    "我们明天见。别忘了带伞。",
+    "这台电脑售价4999元。",
+]
+
+
+def test_a_plain_translate_names_the_lines_that_lost_a_fact():
+    """No flag asked: the lines that lost a clause are named on stderr, the right ones are not;
+    stdout keeps one translation per line, every number in it."""
+    result = CliRunner().invoke(main, ["translate"], input="\n".join(EVERYDAY) + "\n")
+    assert result.exit_code == 0, result.output
+    out = result.stdout.splitlines()
+    assert len(out) == 5 and all(
+        n in out[i] for i, n in [(0, "8:15"), (1, "$25.50"), (2, "2025-06-30")]
+    )
+    assert "3 of 5 lines flagged as unreliable (lines 1, 2, 3)" in result.stderr, result.stderr
+    one = CliRunner().invoke(main, ["translate", EVERYDAY[1]])
+    assert one.exit_code == 0 and "$25.50" in one.stdout
+    assert "the translation is flagged as unreliable (confidence 0.0" in one.stderr, one.stderr
+    sure = CliRunner().invoke(main, ["translate", EVERYDAY[4]])
+    assert sure.exit_code == 0 and "4999" in sure.stdout and "flagged" not in sure.stderr
 
 
 def test_min_confidence_writes_unsure_lines_as_their_source_and_says_so():
@@ -275,14 +325,16 @@ def test_confidence_judges_a_search_not_a_draw():
 
 
 def test_a_model_without_fitted_weights_says_so_once_and_translates(copy_model_dir):
-    result = CliRunner().invoke(
-        main,
-        ["translate", "-m", str(copy_model_dir), "--confidence", "--format", "jsonl"],
-        input="abc\ncab\n",
-    )
-    assert result.exit_code == 0, result.output
-    assert result.stderr.count("no confidence") == 1
-    assert all("confidence" not in json.loads(line) for line in result.stdout.splitlines())
+    """Asked for, a confidence the model cannot give is one warning; by default, none."""
+    for asked in (["--confidence"], []):
+        result = CliRunner().invoke(
+            main,
+            ["translate", "-m", str(copy_model_dir), *asked, "--format", "jsonl"],
+            input="abc\ncab\n",
+        )
+        assert result.exit_code == 0, result.output
+        assert result.stderr.count("no confidence") == len(asked)
+        assert all("confidence" not in json.loads(line) for line in result.stdout.splitlines())
 
 
 def test_eval_prints_the_mean_confidence_beside_bleu(tmp_path):

@@ -205,8 +205,9 @@ def test_input_in_another_language_than_the_chosen_model_s_is_flagged():
     flagged = [r.get("wrong_language") for r in records]
     expected = {"identified": "en", "model_source": "zh"}
     assert flagged == [expected, None, None, expected]
-    (warning,) = result.stderr.strip().splitlines()
+    warning, flagged = result.stderr.strip().splitlines()  # and the confidence's summary
     assert "input line 1 is in en, but zh-en-tiny translates from zh" in warning
+    assert "flagged as unreliable (lines 1, " in flagged and [r["flagged"] for r in records][0]
 
 
 def test_a_language_no_model_knows_says_so():

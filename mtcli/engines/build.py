@@ -56,8 +56,10 @@ class EngineOptions:
     text_layer: bool = True
     html: bool = False  # each line an HTML document: tags kept around the aligned words
     # a calibrated confidence for each line (engines/confidence.py): two more forced passes,
-    # the model's and its reverse's, about 40% of a beam-5 decode, so asked for, not by default
+    # the model's and its reverse's, about 50% of a beam-5 decode (`mtcli translate` has it on
+    # by default); asked: by the user, so a model that has none says so
     confidence: bool = False
+    confidence_asked: bool = True
     # --to: the language a multilingual-target model writes (its >>cmn_Hant<< token); "" or the
     # model's own target language: its default
     target_language: str = ""
@@ -143,14 +145,14 @@ def _own_translator(
 
 
 def _confidence(loaded, device, options: EngineOptions):
-    """The confidence estimator of a model, when asked for; a model without fitted weights or
-    without a reverse model installed says so once and translates without."""
+    """The confidence estimator of a model, where wanted; a model without fitted weights or
+    without a reverse model installed translates without (saying so once where it was asked)."""
     if not options.confidence:
         return None
     from mtcli.engines.confidence import estimator_for
 
     estimator = estimator_for(loaded, device, options.quantize)
-    if estimator is None:
+    if estimator is None and options.confidence_asked:
         options.warn(
             f"{Path(loaded.path).name}: no confidence (it needs fitted weights, confidence.json, "
             f"and an installed {loaded.tgt_lang or '?'}->{loaded.src_lang or '?'} model)"

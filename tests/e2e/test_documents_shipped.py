@@ -39,13 +39,14 @@ def test_the_shipped_models_translate_documents_keeping_their_structure(tmp_path
 
 
 def test_flagged_lines_of_a_document_are_named_on_stderr(tmp_path):
-    """A line whose translation loses a clause is not trusted in silence: with --confidence
-    its source is quoted in one warning, and the file keeps a line per sentence."""
+    """A line whose translation loses a clause is not trusted in silence: unasked (the
+    confidence is on by default), its source is quoted in one warning, and the file keeps a line
+    per sentence."""
     src = tmp_path / "real.txt"
     src.write_text(
         "The ticket costs $25.50 and the tour takes 3 hours.\nGood morning.\n", encoding="utf-8"
     )
-    result = invoke(str(src), "-o", str(tmp_path / "zh.txt"), "--confidence")
+    result = invoke(str(src), "-o", str(tmp_path / "zh.txt"))
     assert result.exit_code == 0, result.output
     assert "flagged as unreliable" in result.output and "The ticket costs" in result.output
     lines = (tmp_path / "zh.txt").read_text(encoding="utf-8").split("\n")

@@ -7,9 +7,10 @@ writing cost beside the decode).
 The sentences are the first of Tatoeba's en-zh test set (../shared/data), laid out as a file
 of each kind: a line per sentence (txt), a cue per sentence (srt, vtt), a string per key (json),
 an entry per msgid (po), paragraphs and list items with emphasis (md), paragraphs with a bold
-word (html), paragraphs with a bold run (docx). The shipped en-zh-tiny, beam 5 (translate's
-default), on the CPU; each format is timed twice, interleaved with the lines, and the faster
-run kept. Writes bench/results/documents.json.
+word (html), paragraphs with a bold run (docx). The shipped en-zh-tiny, beam 5 and the
+confidence on (translate's defaults), on the CPU; each format is timed twice, interleaved with
+the lines (and the lines without the confidence, --no-confidence's cost), and the faster run
+kept. Writes bench/results/documents.json.
 """
 
 from __future__ import annotations
@@ -99,10 +100,11 @@ def _translators():
     from mtcli.config import DecodeConfig
     from mtcli.engines.build import EngineOptions, build_translator
 
-    def build(markup: bool):
-        return build_translator([SHIPPED], DecodeConfig(), EngineOptions(device="cpu", html=markup))
+    def build(markup: bool, confidence: bool = True):
+        options = EngineOptions(device="cpu", html=markup, confidence=confidence)
+        return build_translator([SHIPPED], DecodeConfig(), options)
 
-    return build(False), build(True)
+    return build(False), build(True), build(False, confidence=False)
 
 
 def _timed(fn) -> float:
@@ -120,14 +122,17 @@ def main() -> None:
 
     sentences = read_lines(SHARED / "tatoeba-en-zh" / "test.en", args.sentences)
     words = sum(len(s.split()) for s in sentences)
-    plain, markup = _translators()
-    plain.translate_chunk(sentences[:8])  # warm both up: the first batch pays for allocation
-    markup.translate_chunk(sentences[:8])
+    plain, markup, bare = _translators()
+    for translator in (plain, markup, bare):  # warmed up: the first batch pays for allocation
+        translator.translate_chunk(sentences[:8])
 
     def lines() -> None:
         plain.translate_chunk(sentences)
 
-    results, best_lines = {}, float("inf")
+    def bare_lines() -> None:
+        bare.translate_chunk(sentences)
+
+    results, best_lines, best_bare = {}, float("inf"), float("inf")
     for ext, data in documents(sentences).items():
         translator = markup if FORMATS[ext].markup else plain
 
@@ -140,6 +145,7 @@ def main() -> None:
         times = []
         for _ in range(2):
             best_lines = min(best_lines, _timed(lines))
+            best_bare = min(best_bare, _timed(bare_lines))
             times.append(_timed(run))
         results[ext] = {
             "seconds": round(min(times), 2), "words_per_s": round(words / min(times)),
@@ -151,7 +157,9 @@ def main() -> None:
         r["vs_lines"] = round(best_lines / r["seconds"], 2)
     record = {
         "sentences": len(sentences), "words": words, "model": SHIPPED.name, "beam": 5,
+        "confidence": True,
         "lines": {"seconds": round(best_lines, 2), "words_per_s": round(words / best_lines)},
+        "lines_no_confidence": {"seconds": round(best_bare, 2), "words_per_s": round(words / best_bare)},
         "formats": results,
     }  # fmt: skip
     print(write_result("documents", record))

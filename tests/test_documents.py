@@ -304,6 +304,22 @@ def test_markdown_keeps_code_targets_front_matter_html_and_structure():
     assert shape(out) == shape(MARKDOWN)
 
 
+def test_a_flagged_markdown_string_is_quoted_as_the_reader_wrote_it():
+    """The warning quotes what the file says, not the fragment the model read: no tags, no
+    entities, a code span kept aside shown as `…`; a plain format's string as it is."""
+    from mtcli.cli.documents import as_written
+
+    sent: list[str] = []
+    convert(
+        ".md",
+        b"Run `make test` now, **please** & thanks.\n",
+        lambda x: sent.extend(x) or x,
+        Outcome(),
+    )
+    assert [as_written(line, True) for line in sent] == ["Run `…` now, please & thanks."]
+    assert "<" in sent[0] and as_written(sent[0], False) == sent[0]
+
+
 def test_markdown_image_alt_text_is_translated_and_a_cell_keeps_its_pipes():
     """An image's alt text is translated (its target kept; a bracket the translation writes
     escaped, one the source escaped left alone); a `|` a translation writes in a table cell is

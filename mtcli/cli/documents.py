@@ -3,11 +3,14 @@ whole file (mtcli/documents does the work; this only checks, shows progress and 
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 from rich.progress import MofNCompleteColumn, Progress
 
 from mtcli.cli.console import console
+from mtcli.documents.formats import FORMATS
 from mtcli.engines.routing import stream
 from mtcli.errors import UserError
 
@@ -37,7 +40,7 @@ def translate_file(
             out = []
             for t in stream(translator.translate_chunk, lines, chunk_lines):
                 out.append(t.text)
-                flagged.extend([t.source] if t.flagged else [])
+                flagged.extend([as_written(t.source, FORMATS[ext].markup)] if t.flagged else [])
                 bar.advance(task)
             return out
 
@@ -50,6 +53,18 @@ def translate_file(
         warn(f"{outcome.kept} of {_strings(outcome.kept + outcome.translated)} kept as their source: "
              "their translation lost or changed a placeholder or tag")  # fmt: skip
     console.print(f"wrote {output_path} ({_strings(outcome.translated)} translated)", markup=False)
+
+
+KEPT_CODE = re.compile(r'<code data-k="\d+">[^<]*</code>')  # markdown.py's stand-in for a code span
+TAG = re.compile(r"<[^<>]*>")
+
+
+def as_written(source: str, markup: bool) -> str:
+    """A string to quote as the reader sees it in the document, not as the model read it: of a
+    markup format (md, html, docx), its tags left out and a code span kept aside shown as `…`."""
+    if not markup:
+        return source
+    return html.unescape(TAG.sub("", KEPT_CODE.sub("`…`", source)))
 
 
 def _strings(n: int) -> str:

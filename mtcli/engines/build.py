@@ -56,7 +56,7 @@ class EngineOptions:
     text_layer: bool = True
     html: bool = False  # each line an HTML document: tags kept around the aligned words
     # a calibrated confidence for each line (engines/confidence.py): two more forced passes,
-    # the model's and its reverse's, about 50% of a beam-5 decode (`mtcli translate` has it on
+    # the model's and its reverse's, 55-71% of a beam-5 decode (`mtcli translate` has it on
     # by default); asked: by the user, so a model that has none says so
     confidence: bool = False
     confidence_asked: bool = True

@@ -362,6 +362,20 @@ def test_eval_prints_the_mean_confidence_beside_bleu(tmp_path):
     assert "confidence (flagged)" in table.stdout and f"{judged['mean']:.2f}" in table.stdout
 
 
+def test_a_whole_html_document_names_its_flagged_blocks_not_its_start(tmp_path):
+    """An HTML file is one string to the text layer: the warning quotes the blocks flagged (the
+    three that lost a fact) and counts them, not the file's first characters."""
+    paragraphs = "".join(f"<p>{line}</p>\n" for line in [*EVERYDAY[:3], "Good morning."])
+    src = tmp_path / "trip.html"
+    src.write_text(f"<!DOCTYPE html>\n<html><body>\n{paragraphs}</body></html>\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["translate", str(src), "-o", str(tmp_path / "zh.html")])
+    assert result.exit_code == 0, result.output
+    warning = next(line for line in result.stderr.splitlines() if "flagged" in line)
+    assert warning.startswith("warning: 3 strings flagged as unreliable"), warning
+    assert all(repr(line) in warning for line in EVERYDAY[:3])
+    assert "Good morning" not in warning and "DOCTYPE" not in warning
+
+
 # ---------------------------------------------------------------- the server
 def test_the_server_gives_confidence_in_v1_when_asked_and_in_libretranslate_replies():
     from mtcli.engines.build import ready_to_decode

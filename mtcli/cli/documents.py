@@ -40,7 +40,8 @@ def translate_file(
             out = []
             for t in stream(translator.translate_chunk, lines, chunk_lines):
                 out.append(t.text)
-                flagged.extend([as_written(t.source, FORMATS[ext].markup)] if t.flagged else [])
+                if t.flagged:  # a whole HTML document's blocks, else the string as written
+                    flagged.extend(t.flagged_parts or [as_written(t.source, FORMATS[ext].markup)])
                 bar.advance(task)
             return out
 

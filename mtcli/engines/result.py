@@ -53,7 +53,15 @@ class Translation:
     confidence: float | None = None
     sentence_confidences: list[float] | None = None
     flagged: bool = False
+    # of an HTML line of several blocks (a whole document): the texts of the blocks flagged,
+    # so a reader is shown which, not the line's start
+    flagged_parts: list[str] | None = None
     kept_source: bool = False  # written as its source: less sure than --min-confidence
+
+
+def flagged_strings(t: Translation) -> int:
+    """How many strings of the line are flagged: its blocks' count where it has them, else 0 or 1."""
+    return len(t.flagged_parts) if t.flagged_parts else int(t.flagged)
 
 
 def translation_record(t: Translation, *, alignment: bool = True, attention: bool = False) -> dict:

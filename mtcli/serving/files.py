@@ -28,6 +28,7 @@ from starlette.datastructures import UploadFile
 from mtcli.documents.document import translate_bytes
 from mtcli.documents.formats import FORMATS, missing_library
 from mtcli.documents.segments import Outcome
+from mtcli.engines.result import flagged_strings
 from mtcli.errors import UserError
 from mtcli.serving.requests import ApiError, check_fields, read_body
 
@@ -170,7 +171,7 @@ class FileJob:
         for start in range(0, len(lines), LINES_PER_JOB):
             results = self._queued(lines[start : start + LINES_PER_JOB])
             out.extend(r.text for r in results)
-            self.flagged += sum(r.flagged for r in results)
+            self.flagged += sum(flagged_strings(r) for r in results)
         return out
 
     def _queued(self, chunk: list[str]) -> list:

@@ -115,6 +115,7 @@ class TextLayer:
             truncated=any(r.truncated for r in done), alignment=None, attention=None,
             trace=None, pieces=None, confidence=min(judged) if judged else None,
             sentence_confidences=None, flagged=any(r.flagged for r in done),
+            flagged_parts=[r.source for r in done if r.flagged] if len(done) > 1 else None,
         )  # fmt: skip
 
     def _keep_word(self, n: int, text: str) -> str:

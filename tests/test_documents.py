@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from mtcli.cli import main
 from mtcli.documents.formats import convert
-from mtcli.documents.segments import PLACEHOLDER, TAG, Outcome, rewrap
+from mtcli.documents.segments import PLACEHOLDER, TAG, Outcome, as_written, rewrap
 
 KEEP = re.compile(rf"(<code[^>]*>[^<]*</code>|{TAG.pattern}|{PLACEHOLDER.pattern}|&#?\w+;)")
 
@@ -306,9 +306,7 @@ def test_markdown_keeps_code_targets_front_matter_html_and_structure():
 
 def test_a_flagged_markdown_string_is_quoted_as_the_reader_wrote_it():
     """The warning quotes what the file says, not the fragment the model read: no tags, no
-    entities, a code span kept aside shown as `…`; a plain format's string as it is."""
-    from mtcli.cli.documents import as_written
-
+    entities, a code span kept aside shown as `…`."""
     sent: list[str] = []
     convert(
         ".md",
@@ -316,8 +314,8 @@ def test_a_flagged_markdown_string_is_quoted_as_the_reader_wrote_it():
         lambda x: sent.extend(x) or x,
         Outcome(),
     )
-    assert [as_written(line, True) for line in sent] == ["Run `…` now, please & thanks."]
-    assert "<" in sent[0] and as_written(sent[0], False) == sent[0]
+    assert [as_written(line) for line in sent] == ["Run `…` now, please & thanks."]
+    assert "<code" in sent[0] and "&amp;" in sent[0]  # what the model read: a fragment
 
 
 def test_markdown_image_alt_text_is_translated_and_a_cell_keeps_its_pipes():

@@ -3,14 +3,13 @@ whole file (mtcli/documents does the work; this only checks, shows progress and 
 
 from __future__ import annotations
 
-import html
-import re
 from pathlib import Path
 
 from rich.progress import MofNCompleteColumn, Progress
 
 from mtcli.cli.console import console
 from mtcli.documents.formats import FORMATS
+from mtcli.documents.segments import as_written
 from mtcli.engines.routing import stream
 from mtcli.errors import UserError
 
@@ -41,7 +40,10 @@ def translate_file(
             for t in stream(translator.translate_chunk, lines, chunk_lines):
                 out.append(t.text)
                 if t.flagged:  # a whole HTML document's blocks, else the string as written
-                    flagged.extend(t.flagged_parts or [as_written(t.source, FORMATS[ext].markup)])
+                    markup = FORMATS[ext].markup
+                    flagged.extend(
+                        t.flagged_parts or [as_written(t.source) if markup else t.source]
+                    )
                 bar.advance(task)
             return out
 
@@ -54,18 +56,6 @@ def translate_file(
         warn(f"{outcome.kept} of {_strings(outcome.kept + outcome.translated)} kept as their source: "
              "their translation lost or changed a placeholder or tag")  # fmt: skip
     console.print(f"wrote {output_path} ({_strings(outcome.translated)} translated)", markup=False)
-
-
-KEPT_CODE = re.compile(r'<code data-k="\d+">[^<]*</code>')  # markdown.py's stand-in for a code span
-TAG = re.compile(r"<[^<>]*>")
-
-
-def as_written(source: str, markup: bool) -> str:
-    """A string to quote as the reader sees it in the document, not as the model read it: of a
-    markup format (md, html, docx), its tags left out and a code span kept aside shown as `…`."""
-    if not markup:
-        return source
-    return html.unescape(TAG.sub("", KEPT_CODE.sub("`…`", source)))
 
 
 def _strings(n: int) -> str:

@@ -15,7 +15,14 @@ from __future__ import annotations
 import html
 import re
 
-from mtcli.documents.segments import Outcome, Translate, decoded, newline, translate_strings
+from mtcli.documents.segments import (
+    CODE_STAND_IN,
+    Outcome,
+    Translate,
+    decoded,
+    newline,
+    translate_strings,
+)
 
 TAG = {"em_open": "em", "strong_open": "strong", "s_open": "s", "link_open": "a"}
 CLOSE = {"em_close", "strong_close", "s_close", "link_close"}
@@ -120,7 +127,7 @@ def to_fragment(children, ends: list | None = None) -> tuple[str, list]:
     link_end = iter(ends)
 
     def keep(raw: str) -> None:
-        out.append(f'<code data-k="{len(kept)}">x</code>')
+        out.append(CODE_STAND_IN.format(len(kept)))
         kept.append(raw)
 
     tokens = iter(children)

@@ -3,6 +3,7 @@ placeholders each must keep, and lines re-wrapped to a count. Stdlib only."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,19 @@ TAG = re.compile(r"</?[A-Za-z][^<>]*>|\{\\[^{}]*\}")  # HTML-style tags, ASS ove
 # what an unspaced line may break between: a tag, a placeholder, a run of non-CJK characters
 # without spaces, or one other character
 UNIT = re.compile(rf"{TAG.pattern}|{PLACEHOLDER.pattern}|(?:(?![<{{])[!-~\u00a0-\u02ff])+|\S")
+
+
+# a Markdown code span kept aside travels in its string's fragment as this stand-in
+# (markdown.py), which the model sees as inline code and a quoted string shows as `…`
+CODE_STAND_IN = '<code data-k="{}">x</code>'
+STAND_INS = re.compile(r'<code data-k="\d+">x</code>')
+FRAGMENT_TAG = re.compile(r"<[^<>]*>")
+
+
+def as_written(fragment: str) -> str:
+    """A markup format's string (an HTML fragment of md, html or docx) as a reader sees it in
+    the document, to quote: its tags left out, a code span kept aside shown as `…`."""
+    return html.unescape(FRAGMENT_TAG.sub("", STAND_INS.sub("`…`", fragment)))
 
 
 class DocumentError(ValueError):

@@ -91,6 +91,20 @@ def test_invented_numbers_by_hand():
     assert invented_numbers("a thousand dollars", "100万美元") == ["100"]
 
 
+def test_a_number_written_in_chinese_words_is_checked_too():
+    """The shipped model wrote "one million dollars" as 五十美元 (fifty): a numeral with a scale
+    in the translation is compared by value like digits; 万 multiplies all before it, so
+    一百万 is a million; a lone 一 or 十 is a word (一起 together, 十分 very), not a number."""
+    assert invented_numbers("He divided one million dollars.", "他为他的儿子待了五十美元。") == [
+        "五十"
+    ]
+    assert invented_numbers("If you won a million yen?", "如果你中了一百万日元的奖？") == []
+    assert invented_numbers("一百万个人", "1000000 people") == []
+    assert invented_numbers("三万五千人", "35000 people") == []
+    assert invented_numbers("I have two cats.", "我有两只猫。") == []
+    assert invented_numbers("We went together; it was very good.", "我们一起去了，十分好。") == []
+
+
 def test_a_made_up_number_is_flagged_on_stderr_and_in_jsonl():
     """The shipped model writes 50 for "five patients": one warning names it, and the JSON
     record carries it; a line whose numbers are all its source's carries nothing."""

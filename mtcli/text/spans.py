@@ -235,28 +235,46 @@ def _word_values(text: str) -> set[int]:
 
 
 def _chinese_value(run: str) -> int:
-    """A run of Chinese numerals as a number: 八十 80, 三百五十 350, 十二 12, 两千 2000."""
-    total, current = 0, 0
+    """A run of Chinese numerals as a number: 八十 80, 三百五十 350, 十二 12, 两千 2000, and 万
+    multiplying all before it (一百万 1,000,000, 三万五千 35,000)."""
+    total = section = current = 0
     for c in run:
         if c in ZH_DIGITS:
-            current = current * 10 + ZH_DIGITS[c] if current and not total else ZH_DIGITS[c]
+            digit = ZH_DIGITS[c]
+            current = current * 10 + digit if current and not (section or total) else digit
+        elif c == "万":
+            total += (section + current or 1) * ZH_SCALES[c]
+            section = current = 0
         else:
-            total += (current or 1) * ZH_SCALES[c]
+            section += (current or 1) * ZH_SCALES[c]
             current = 0
-    return total + current
+    return total + section + current
+
+
+# a Chinese number the translation writes in words: a numeral, then a scale (五十, 三百, 一百万);
+# a lone 一 or 十 is more often a word (一起 together, 十分 very) than a number
+_ZH_WRITTEN = re.compile(
+    f"[{''.join(ZH_DIGITS)}]{_ZH_RUN.pattern[:-1]}*[{''.join(ZH_SCALES)}]{_ZH_RUN.pattern[:-1]}*"
+)
 
 
 def invented_numbers(source: str, translation: str) -> list[str]:
-    """The numbers a translation writes that its source holds nowhere, as digits or as number
-    words ("12 euros" came out as 12：30岁, "five patients" as 50): a sign it made up a fact.
-    Compared by value, so 06 is 6; a time's :00 is not a number of its own (9点 is 9:00)."""
+    """The numbers a translation writes that its source holds nowhere, as digits or as Chinese
+    number words ("12 euros" came out as 12：30岁, "five patients" as 50, "one million" as 五十):
+    a sign it made up a fact. Compared by value, so 06 is 6; a time's :00 is not a number of its
+    own (9点 is 9:00)."""
     have = {int(n) for n in re.findall(r"\d+", source)} | _word_values(source)
-    made_up = [
+    digits = [
         m.group()
         for m in re.finditer(r"\d+", translation)
         if int(m.group()) not in have and not _minutes_of_the_hour(translation, m)
     ]
-    return list(dict.fromkeys(made_up))
+    words = [
+        m.group()
+        for m in _ZH_WRITTEN.finditer(translation)
+        if _chinese_value(m.group()) not in have
+    ]
+    return list(dict.fromkeys(digits + words))
 
 
 def _minutes_of_the_hour(text: str, match: re.Match) -> bool:

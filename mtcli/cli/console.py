@@ -71,6 +71,8 @@ class MtcliGroup(click.Group):
         except click.exceptions.Abort:
             die("aborted", 130)
         except click.ClickException as e:
+            if isinstance(e, click.NoSuchOption):
+                _suggest_our_name(e)
             hint = ""
             if isinstance(e, click.UsageError) and e.ctx is not None:
                 hint = f" (see '{e.ctx.command_path} -h')"
@@ -101,6 +103,26 @@ class MtcliGroup(click.Group):
             if os.environ.get("MTCLI_DEBUG"):
                 traceback.print_exc()
             die(f"internal error: {type(e).__name__}: {_escape(str(e))} (MTCLI_DEBUG=1 shows where)", 1)  # fmt: skip
+
+
+# what other translation tools call an option (LibreTranslate's source/target, argos-translate's
+# --from-lang/--to-lang, translate-shell's -s/-t) and mtcli's name for it; click's own guess
+# spelled --target as --trace and --lang as --align
+OTHER_TOOLS = {
+    "--target": "--to", "--tgt": "--to", "--target-lang": "--to", "--tgt-lang": "--to",
+    "--to-lang": "--to", "--target-language": "--to", "--lang": "--to",
+    "--source": "--from", "--src-lang": "--from", "--source-lang": "--from",
+    "--from-lang": "--from", "--source-language": "--from", "--sl": "--from", "--tl": "--to",
+}  # fmt: skip
+
+
+def _suggest_our_name(e: click.NoSuchOption) -> None:
+    """Point a name from another tool at mtcli's (--target -> --to), where the command has it."""
+    ours = OTHER_TOOLS.get(e.option_name.split("=")[0])
+    names = {o for p in e.ctx.command.params for o in p.opts} if e.ctx else set()
+    if ours in names:
+        other = {"--to": "--from", "--from": "--to"}[ours]
+        e.possibilities = [ours, other] if e.option_name == "--lang" else [ours]
 
 
 def _escape(text: str) -> str:

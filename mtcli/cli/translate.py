@@ -26,7 +26,7 @@ from mtcli.cli.options import (
 from mtcli.cli.streams import NamedOutput, check_output_file
 from mtcli.config import QUANTIZE_CHOICES
 from mtcli.data.textio import read_chunks
-from mtcli.documents.document import document_format
+from mtcli.documents.document import document_format, names_a_file
 from mtcli.documents.formats import FORMATS
 from mtcli.engines.build import EngineOptions, build_translator, chosen_model
 from mtcli.engines.result import translation_record
@@ -149,6 +149,12 @@ def translate_command(
     FILE (.txt .srt .vtt .json .po .md .html .docx) into -o OUT, keeping all that is not text.
 
     \b
+    TEXT is a FILE where it is one word that exists, holds a '/', ends in an
+    extension (notes.srt, shot.png), or -o names a document: a missing or
+    unknown one is an error, never translated. Words with spaces are text
+    ("Version 2.0 is out."); pipe one word in to translate it: echo x | mtcli translate
+
+    \b
     Without -m, each line goes to the installed model for its script: Chinese (Han
     characters) to zh->en, other text to en->zh; a line with no letters is left as it is.
     """
@@ -165,6 +171,7 @@ def translate_command(
     options = EngineOptions(
         engine, device, threads, quantize or "", align, trace, _glossary(glossary), _warner(quiet), html=markup,
         confidence=confidence, confidence_asked=asked, target_language=tgt_lang or "",
+        pass_target=bool(tgt_lang and not src_lang),
     )  # fmt: skip
     paths = [chosen_model(m) for m in models] or [
         chosen_model(None, src_lang, tgt_lang, options.warn)
@@ -247,16 +254,17 @@ WHERE_CONFIDENCE = {  # where each --format shows a line's confidence, as the su
 def _document(text: tuple[str, ...], file_format: str | None, output_path: str | None, lines_only):
     """The format of TEXT where it names a document to translate (checked before anything
     loads), else None."""
-    document = document_format(text[0], file_format) if len(text) == 1 else None
-    if file_format and not document:
+    if file_format and len(text) != 1:
         raise click.UsageError("--file-format takes one FILE")
-    if document and lines_only:
+    if len(text) != 1 or not (file_format or names_a_file(text[0], output_path)):
+        return None
+    document = document_format(text[0], file_format)
+    if lines_only:
         raise click.UsageError(
             "a document is written in its own format: not with --format, --trace, --align, "
             "--prefix or --min-confidence"
         )
-    if document:
-        check_document_output(text[0], output_path)
+    check_document_output(text[0], output_path)
     return document
 
 

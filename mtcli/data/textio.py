@@ -44,8 +44,36 @@ def decode_line(raw: bytes, name: str | Path, line_no: int) -> str:
     try:
         text = raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as e:
+        if line_no == 1 and (kind := binary_kind(raw)):
+            raise UserError(f"{name}: {kind}, not text: mtcli reads UTF-8 text") from None
         raise UserError(f"{name}:{line_no}: invalid UTF-8 (byte {e.start + 1})") from None
     return text.removeprefix("\ufeff") if line_no == 1 else text
+
+
+# the first bytes of the files most often given where text was meant, and what each is
+MAGIC = {
+    b"\x89PNG": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"GIF8": "a GIF image",
+    b"%PDF": "a PDF document",
+    b"PK\x03\x04": "a zip archive (or an Office or OpenDocument file)",
+    b"\x1f\x8b": "a gzip archive",
+    b"BZh": "a bzip2 archive",
+    b"\xfd7zXZ": "an xz archive",
+    b"7z\xbc\xaf": "a 7-Zip archive",
+    b"\x7fELF": "a program (ELF)",
+    b"\xd0\xcf\x11\xe0": "an old Office document (.doc, .xls, .ppt)",
+    b"\xff\xfe": "UTF-16 text (save it as UTF-8)",
+    b"\xfe\xff": "UTF-16 text (save it as UTF-8)",
+}
+
+
+def binary_kind(head: bytes) -> str | None:
+    """What a file is, from its first bytes, where it is a known kind that is not UTF-8 text
+    ("a PNG image"); None otherwise. RIFF holds WebP images and WAV sound alike."""
+    if head.startswith(b"RIFF") and head[8:12] in (b"WEBP", b"WAVE"):
+        return "a WebP image" if head[8:12] == b"WEBP" else "a WAV sound file"
+    return next((kind for magic, kind in MAGIC.items() if head.startswith(magic)), None)
 
 
 def invalid_utf8_at(text: str) -> int | None:

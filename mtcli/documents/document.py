@@ -4,9 +4,12 @@ leaves the old output or the new one, never half of one."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 from mtcli import files
+from mtcli.data.textio import binary_kind
 from mtcli.documents.formats import FORMATS, convert, missing_library
 from mtcli.documents.segments import DocumentError, Outcome, Translate
 from mtcli.errors import UserError
@@ -14,24 +17,55 @@ from mtcli.errors import UserError
 MAX_BYTES = 64 << 20  # a document bigger than this is not one to translate in one go
 
 
-def document_format(path: str | Path, asked: str | None = None) -> str | None:
-    """The format of `path` (".srt"), from --file-format or its extension; None where the path
-    is not a file of a format mtcli translates (then it is text to translate, not a file)."""
+# one word ending in an extension of letters and digits ("shot.png", "report.docx"): a name,
+# where "Version 2.0 is out." (spaces) and "2.0" (no letter after the dot) are text
+FILE_NAME = re.compile(r"[^\s]+\.[A-Za-z0-9]*[A-Za-z][A-Za-z0-9]*")
+READS = " ".join(FORMATS)  # the extensions named where a file is not one mtcli reads
+
+
+def names_a_file(text: str, output_path: str | None = None) -> bool:
+    """Whether translate's TEXT names a file rather than being text to translate: it exists,
+    or it is one word with a path separator or a file extension, or -o names a document."""
+    one_word = bool(text) and not any(c.isspace() for c in text)
+    if one_word and os.path.lexists(text):
+        return True
+    separator = "/" in text or os.sep in text
+    # out.txt is where lines go too; out.srt or out.docx is only ever a document
+    writes_document = Path(output_path or "-").suffix.lower() in set(FORMATS) - {".txt"}
+    return one_word and (separator or bool(FILE_NAME.fullmatch(text)) or writes_document)
+
+
+def document_format(path: str | Path, asked: str | None = None) -> str:
+    """The format of `path` (".srt"), a file translate's TEXT names (names_a_file), from
+    --file-format or its extension; a missing file, or one of a format mtcli does not read, is
+    one line saying so."""
     path = Path(path)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "no such file"
+        raise UserError(f"{path}: {what} (a TEXT that names a file is translated as a file)")
     if asked:
         ext = "." + asked.lstrip(".").lower()
         if ext not in FORMATS:
             names = ", ".join(f.name for f in FORMATS.values())
             raise UserError(f"--file-format {asked}: one of {names}")
-        if not path.is_file():
-            raise UserError(f"{path}: no such file (--file-format {asked} translates a file)")
     else:
         ext = path.suffix.lower()
-        if ext not in FORMATS or not path.is_file():
-            return None
+        if ext not in FORMATS:
+            raise UserError(_not_read(path))
     if library := missing_library(ext):  # before the model loads, not after
         raise UserError(f"{path}: a {ext} file needs {library}: pip install 'mtcli[documents]'")
     return ext
+
+
+def _not_read(path: Path) -> str:
+    """Why mtcli does not translate the file `path`: what it is, and what mtcli reads."""
+    with open(path, "rb") as f:
+        kind = binary_kind(f.read(16))
+    what = f"{kind}, " if kind else (f"a {path.suffix} file, " if path.suffix else "")
+    return (
+        f"{path}: {what}not a format mtcli translates: {READS} (else --file-format, or lines "
+        "with -i FILE)"
+    )
 
 
 def translate_document(src: str | Path, out: str | Path, ext: str, translate: Translate) -> Outcome:

@@ -63,6 +63,9 @@ class EngineOptions:
     # --to: the language a multilingual-target model writes (its >>cmn_Hant<< token); "" or the
     # model's own target language: its default
     target_language: str = ""
+    # --to without --from: a line surely in target_language already passes through as it is
+    # (no model translates zh->zh; the model for --to would read it as its own source)
+    pass_target: bool = False
 
 
 def build_translator(
@@ -71,14 +74,36 @@ def build_translator(
     """A translator for `models` (see the module's docstring) under `cfg`."""
     options = options or EngineOptions()
     if options.engine == "ctranslate2":
-        return _ct2_translator(models, cfg, options)
+        return _target_passes(_ct2_translator(models, cfg, options), options)
     device = options.device
     if any(m is None or isinstance(m, Path) for m in models):  # loaded here, on a device set up now
         check_models_early(models)
         device = prepare_decoding(options.device, options.threads)
     if models[0] is None:
         return _router(cfg, options, device)
-    return _own_translator(models, cfg, options, device, chosen=True)
+    return _target_passes(_own_translator(models, cfg, options, device, chosen=True), options)
+
+
+def _target_passes(translator: ChunkTranslator, options: EngineOptions) -> ChunkTranslator:
+    """`translator`, but where options.pass_target asks, a line surely in the target language
+    already passes through unchanged (said once) rather than going through a model from
+    another language."""
+    target = options.target_language
+    if not (options.pass_target and target):
+        return translator
+
+    def language_of(line: str) -> str | None:
+        return "target" if source_language(line) == target else "other"
+
+    return Router(
+        language_of,
+        lambda key: None if key == "target" else translator,
+        chunk_lines=1 << 30,  # the chunks are the caller's
+        warn=options.warn,
+        passes=lambda key: (
+            f"a line already in {target} (the language --to asks for) passes through unchanged"
+        ),
+    )
 
 
 def _language_check(model, src_lang: str, options: EngineOptions) -> LanguageCheck:

@@ -73,7 +73,8 @@ class Router:
     `language_of(line)` names the language (None: no letters, the line passes through);
     `translator_for(language)` gives a translator, or None when no model translates it (the
     line passes through, and `warn` says so once). Translators are asked for only when a line
-    needs them, so a pipeline of English never loads the Chinese model.
+    needs them, so a pipeline of English never loads the Chinese model. `passes(language)` is
+    the warning said when a language's lines pass through.
     """
 
     def __init__(
@@ -82,9 +83,12 @@ class Router:
         translator_for: Callable[[str], ChunkTranslator | None],
         chunk_lines: int,
         warn: Callable[[str], None] = lambda message: None,
+        passes: Callable[[str], str] = lambda language: (
+            f"no installed model translates from {language}: such lines pass through"
+        ),
     ):
         self.language_of, self.translator_for = language_of, translator_for
-        self.chunk_lines, self.warn = chunk_lines, warn
+        self.chunk_lines, self.warn, self.passes = chunk_lines, warn, passes
         self._translators: dict[str, ChunkTranslator | None] = {}
 
     def translate_chunk(
@@ -106,7 +110,7 @@ class Router:
         if language not in self._translators:
             self._translators[language] = self.translator_for(language)
             if self._translators[language] is None:
-                self.warn(f"no installed model translates from {language}: such lines pass through")
+                self.warn(self.passes(language))
         return self._translators[language]
 
     def translate_stream(self, lines: Iterable[str] | Iterable[list[str]]) -> Iterator[Translation]:

@@ -282,7 +282,16 @@ def test_own_corpus_mistakes_are_one_line_and_write_nothing(tmp_path):
         ("--src", str(en), "--tgt", str(zh)): f"{en} has 3 lines but {zh} has 2",
         ("tatoeba-en-zh", "--src", str(en), "--tgt", str(zh)): "one corpus at a time",
         ("--src", str(en)): "needs --tgt",
-        ("--src", str(en), "--tgt", str(en)): "leave no training pairs",
+        (
+            "--src",
+            str(en),
+            "--tgt",
+            str(en),
+            "--test-size",
+            "2",
+            "--valid-size",
+            "1",
+        ): "leave no training pairs",
         (): "give a corpus NAME",
     }
     for args, message in cases.items():
@@ -290,3 +299,77 @@ def test_own_corpus_mistakes_are_one_line_and_write_nothing(tmp_path):
         assert result.exit_code != 0 and message in result.output, (args, result.output)
         assert result.output.count("\n") == 1 and "Traceback" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.en", "a.zh"]
+
+
+def test_held_out_sizes_scale_with_the_corpus():
+    """5% each, at least 100 where the corpus has 1,000 pairs, at most 2,000 (test) and 1,000
+    (valid); a size asked for is kept."""
+    from mtcli.data.own_corpus import held_out_sizes
+
+    assert held_out_sizes(5_000, None, None) == (250, 250)
+    assert held_out_sizes(1_200, None, None) == (100, 100)
+    assert held_out_sizes(400, None, None) == (20, 20)
+    assert held_out_sizes(30_000, None, None) == (1_500, 1_000)
+    assert held_out_sizes(10_000_000, None, None) == (2_000, 1_000)
+    assert held_out_sizes(5_000, 7, None) == (7, 250)
+
+
+def test_a_small_own_corpus_keeps_most_pairs_and_says_each_splits_share(tmp_path):
+    """5,000 pairs kept only 2,000 to train on (fixed sizes 2,000 + 1,000), silently: now 90%
+    are kept, the summary gives each split's count and share, and sizes that leave less than
+    80% to train on are a warning."""
+    from click.testing import CliRunner
+
+    from mtcli.cli import main
+
+    en, zh = tmp_path / "c.en", tmp_path / "c.zh"
+    en.write_text("".join(f"Sentence number {i} is here.\n" for i in range(5000)))
+    zh.write_text("".join(f"这是第{i}句。\n" for i in range(5000)))
+    args = ["data", "prepare", "--src", str(en), "--tgt", str(zh)]
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert "train 4,500 (90%), valid 250 (5%), test 250 (5%)" in result.output
+    assert "warning" not in result.output
+    fixed = ["--valid-size", "1000", "--test-size", "2000", "--out", str(tmp_path / "b")]
+    result = CliRunner().invoke(main, [*args, *fixed])
+    assert "train 2,000 (40%)" in result.output
+    assert "warning: only 40% of the pairs are left to train on" in result.output
+
+
+def test_train_finds_the_validation_files_of_a_prepared_split(tmp_path):
+    """`train --src data/mine/train.src` trained without the valid files `data prepare` wrote
+    beside it: now they are its validation set (said at the start); a --valid-src given wins,
+    and files that are not a prepared folder's train files find nothing."""
+    from mtcli.cli.train import _found_validation, settings_layers
+    from mtcli.config import TrainConfig
+    from mtcli.settings import build_from_layers
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("train.src", "train.tgt", "valid.src", "valid.tgt"):
+        (mine / name).write_text("x\n")
+    (mine / "manifest.json").write_text("{}")
+
+    def config(**flags):
+        flags = {"out": str(tmp_path / "run"), **flags}
+        base, requested = settings_layers(None, flags, None, False)
+        return build_from_layers(TrainConfig, base + requested), base
+
+    cfg, base = config(src=str(mine / "train.src"), tgt=str(mine / "train.tgt"))
+    assert (cfg.valid_src, cfg.valid_tgt) == (str(mine / "valid.src"), str(mine / "valid.tgt"))
+    assert "found beside --src" in _found_validation(cfg, base)
+    swapped, _ = config(src=str(mine / "train.tgt"), tgt=str(mine / "train.src"))
+    assert (swapped.valid_src, swapped.valid_tgt) == (
+        str(mine / "valid.tgt"),
+        str(mine / "valid.src"),
+    )
+    given, base = config(
+        src=str(mine / "train.src"),
+        tgt=str(mine / "train.tgt"),
+        valid_src="v.src",
+        valid_tgt="v.tgt",
+    )
+    assert given.valid_src == "v.src" and _found_validation(given, base) is None
+    (mine / "manifest.json").unlink()
+    alone, _ = config(src=str(mine / "train.src"), tgt=str(mine / "train.tgt"))
+    assert alone.valid_src == ""

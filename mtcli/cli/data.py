@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
 
-from mtcli.cli.console import console
+from mtcli.cli.console import console, warn
 from mtcli.cli.options import FiniteRange
 from mtcli.config import THREADS
 from mtcli.data.prepare import CORPORA, PrepareOptions, prepare
@@ -68,9 +68,12 @@ def _say_json(manifest: dict, keys: tuple[str, ...]) -> None:
 @click.option("--zh-script", type=click.Choice(["simplified", "keep"]), default="simplified",
               show_default=True)  # fmt: skip
 @click.option("--unicode-form", type=click.Choice(["NFC", "NFKC"]), default="NFC", show_default=True)  # fmt: skip
-@click.option("--test-size", default=2000, show_default=True, type=click.IntRange(min=0),
-              help="Pairs in test (corpora without official splits).")  # fmt: skip
-@click.option("--valid-size", default=1000, show_default=True, type=click.IntRange(min=0))
+@click.option("--test-size", type=click.IntRange(min=0),
+              help="Pairs in test (corpora without official splits).  [default: NAME 2000; "
+              "your corpus 5% of its pairs, at least 100, at most 2000]")  # fmt: skip
+@click.option("--valid-size", type=click.IntRange(min=0),
+              help="Pairs in valid.  [default: NAME 1000; your corpus 5%, at least 100, "
+              "at most 1000]")  # fmt: skip
 @click.option("--max-chars", default=1000, show_default=True, type=click.IntRange(min=1),
               help="Your corpus: drop pairs with a side longer than this.")  # fmt: skip
 @click.option("--max-ratio", default=9.0, show_default=True, type=FiniteRange(min=1.0),
@@ -86,16 +89,34 @@ def prepare_command(name, out, src, tgt, tsv, **opts) -> None:
     if inputs:
         _prepare_own(*inputs, out, opts)
         return
-    known = PrepareOptions(opts["from_dir"], opts["zh_script"], opts["unicode_form"], opts["test_size"],
-                           opts["valid_size"], opts["seed"], not opts["no_verify"], opts["force"])  # fmt: skip
+    sizes = {
+        k: opts[f"{k[2:]}_size"] for k in ("n_test", "n_valid") if opts[f"{k[2:]}_size"] is not None
+    }
+    known = PrepareOptions(opts["from_dir"], opts["zh_script"], opts["unicode_form"], seed=opts["seed"],
+                           verify=not opts["no_verify"], force=opts["force"], **sizes)  # fmt: skip
     with Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(),
                   console=console, disable=not console.is_terminal) as bar:  # fmt: skip
         task = bar.add_task("download", total=None)
         manifest = prepare(
             name, out, known, lambda done, total: bar.update(task, completed=done, total=total)
         )
+    _say_splits(manifest, out)
+
+
+def _say_splits(manifest: dict, out: str) -> None:
+    """The manifest's counts and drops, then how many pairs each split got, as a share; a
+    split that leaves less than TRAIN_SHARE_WARNED to train on is a warning."""
+    from mtcli.data.own_corpus import TRAIN_SHARE_WARNED
+
     _say_json(manifest, ("counts", "dropped"))
-    console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json", markup=False)
+    counts = manifest["counts"]
+    total = sum(counts.values()) or 1
+    shares = ", ".join(f"{split} {n:,} ({n / total:.0%})" for split, n in counts.items())
+    console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json: {shares}",
+                  markup=False, soft_wrap=True)  # fmt: skip
+    if counts["train"] < TRAIN_SHARE_WARNED * total:
+        warn(f"only {counts['train'] / total:.0%} of the pairs are left to train on: a smaller "
+             "--valid-size / --test-size keeps more")  # fmt: skip
 
 
 def _own_inputs(name, src, tgt, tsv, from_dir) -> tuple[str, str] | None:
@@ -129,8 +150,7 @@ def _prepare_own(src: str, tgt: str, out: str, opts: dict) -> None:
     with pairs_bar("clean") as progress:
         manifest = prepare_own(src, tgt, out, own, progress)
     console.print(note, soft_wrap=True, markup=False)
-    _say_json(manifest, ("counts", "dropped"))
-    console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json", markup=False)
+    _say_splits(manifest, out)
 
 
 @data.command("get")

@@ -199,7 +199,33 @@ def settings_layers(
         base = [init_layer(first.init)]
     if first.data and checkpoint is None:
         base.append(store_layer(first.data))
+    if not first.valid_src and not any(layer.values.get("valid_src") for layer in base):
+        base += prepared_validation_layer(first.src, first.tgt)
     return base, requested
+
+
+def prepared_validation_layer(src: str, tgt: str) -> list[Layer]:
+    """The validation files beside --src/--tgt where they are a `data prepare` folder's train
+    files (the split it just wrote), as a layer any --valid-src overrides; else none."""
+    from mtcli.data.own_corpus import validation_beside
+
+    found = validation_beside(src, tgt) if src and tgt else None
+    if found is None:
+        return []
+    values = {"valid_src": found[0], "valid_tgt": found[1]}
+    return [FoundLayer(values, lambda k, v: f"{FLAG_OF[k]} {v} (found beside --src)")]
+
+
+class FoundLayer(Layer):
+    """Settings mtcli found rather than was given (said at the start of the run)."""
+
+
+def _found_validation(cfg: TrainConfig, base: list[Layer]) -> str | None:
+    """The line saying that validation uses the files found beside --src, where it does."""
+    if not any(isinstance(layer, FoundLayer) for layer in base):
+        return None
+    return (f"validation: {cfg.valid_src} and {cfg.valid_tgt}, found beside --src (the split "
+            "`data prepare` wrote; --valid-src/--valid-tgt choose others)")  # fmt: skip
 
 
 def assemble_config(
@@ -349,6 +375,7 @@ def train_command(preset, config_path, resume, restart, force, **flags) -> None:
 
     check_inputs(cfg, force)  # without torch: a wrong file or --out is one line at once
     cfg, note = labelled(cfg, base, requested)
+    notes = [n for n in (note, _found_validation(cfg, base)) if n]
     limit_kernel_caches()  # bf16 matmuls are oneDNN's: its caches grew without bound
     import_torch()  # only once the settings and inputs are known to be good
     from mtcli.training.loop import train
@@ -356,7 +383,7 @@ def train_command(preset, config_path, resume, restart, force, **flags) -> None:
     with ProgressReporter() as reporter:
         result = train(
             cfg, reporter, resume=resume, restart=restart, force=force, inputs_checked=True,
-            notes=(note,) if note else (),
+            notes=tuple(notes),
         )  # fmt: skip
     console.print(_summary(result), soft_wrap=True, markup=False)
 

@@ -313,6 +313,7 @@ class PrepareOptions:
     from_dir: str | None = None  # local raw files instead of downloading
     zh_script: str = "simplified"  # simplified or keep
     unicode_form: str = "NFC"  # NFC keeps full-width CJK punctuation; NFKC folds it
+    # a known corpus's held-out pairs (the shipped models' splits; own_corpus.py scales its own)
     n_test: int = 2000
     n_valid: int = 1000
     seed: int = 1234

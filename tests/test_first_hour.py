@@ -111,3 +111,15 @@ def test_binary_input_is_named_for_what_it_is(tmp_path, copy_model_dir):
     result = invoke("translate", "-m", str(copy_model_dir), "-i", str(shot))
     assert result.exit_code == 2
     assert f"Error: {shot}: a PNG image, not text: mtcli reads UTF-8 text" in result.output
+
+
+def test_a_training_runs_folder_as_model_uses_its_best(tmp_path, copy_model_dir, copy_lines):
+    """-m runs/mine was refused with a pointer to runs/mine/best: now best is used, and said."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(copy_model_dir, run / "best")
+    direct = invoke("translate", "-m", str(copy_model_dir), copy_lines[0], "--no-confidence")
+    via_run = invoke("translate", "-m", str(run), copy_lines[0], "--no-confidence")
+    assert via_run.exit_code == 0 and via_run.stdout == direct.stdout
+    assert f"-m {run} is a training run: using {run / 'best'}" in via_run.stderr

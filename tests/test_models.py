@@ -164,17 +164,18 @@ def test_a_pipe_is_translated_line_by_line_as_it_arrives(copy_model_dir, copy_li
 
 
 def test_a_training_run_folder_points_to_its_models(tmp_path, copy_model_dir):
-    """-m runs/mine (a run's folder, not a model) names runs/mine/best and runs/mine/last."""
+    """-m runs/mine of a run without a best checkpoint (no validation) names its last and its
+    newest step (with one, best is used: test_first_hour)."""
     from click.testing import CliRunner
 
     from mtcli.cli import main
 
     run = tmp_path / "mine"
-    for name in ("best", "last", "step-2", "step-10"):
+    for name in ("last", "step-2", "step-10"):
         shutil.copytree(copy_model_dir, run / name)
     result = CliRunner().invoke(main, ["translate", "-m", str(run), "a b"])
     assert result.exit_code == 2
     assert (
-        f"{run}: not a model directory (no config.json); a training run: use {run}/best or {run}/last or {run}/step-10"
+        f"{run}: not a model directory (no config.json); a training run: use {run}/last or {run}/step-10"
         in result.output
     )

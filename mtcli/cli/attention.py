@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mtcli.cli.console import console
+from mtcli.cli.console import console, warn
 from mtcli.cli.options import UTF8_TEXT, build_decode_config, decode_options
 from mtcli.cli.streams import check_output_file
 from mtcli.engines.build import EngineOptions, build_translator, model_for_text
@@ -39,7 +39,7 @@ def attention_command(
     """Translate SENTENCE and draw its attention (rows attend to columns)."""
     cfg = build_decode_config(**decode)
     check_output_file(png, "--png", force)
-    model_dir = model_for_text(model, [sentence])
+    model_dir = model_for_text(model, [sentence], warn)
     options = EngineOptions(device=device, threads=threads, align=True, text_layer=False)
     result = build_translator([model_dir], cfg, options).translate_chunk([sentence])[0]
     if result.attention is None:

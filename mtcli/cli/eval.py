@@ -44,7 +44,7 @@ def _systems(
     sources = _read(src)
     # a test set's pair: -m's model, else the one installed for it; else by the lines' language
     chosen = chosen_model(model, *direction, warn=warn) if direction else None
-    model_dir = chosen or model_for_text(model, sources[:200])
+    model_dir = chosen or model_for_text(model, sources[:200], warn)
     judged = (model_dir / WEIGHTS_FILE).is_file()  # the model's own confidence, beside BLEU
     options = EngineOptions(**how, warn=warn, confidence=judged)
     translator = build_translator([model_dir], cfg, options)

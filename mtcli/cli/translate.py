@@ -173,7 +173,7 @@ def translate_command(
         confidence=confidence, confidence_asked=asked, target_language=tgt_lang or "",
         pass_target=bool(tgt_lang and not src_lang),
     )  # fmt: skip
-    paths = [chosen_model(m) for m in models] or [
+    paths = [chosen_model(m, warn=options.warn) for m in models] or [
         chosen_model(None, src_lang, tgt_lang, options.warn)
     ]
     translator = build_translator(paths, cfg, options)

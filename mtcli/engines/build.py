@@ -275,9 +275,9 @@ def chosen_model(
     for --from/--to (`warn` names it when a user's model could have served too). None when
     nothing names one: then the language of each line decides."""
     if model:
-        return registry.find(model, "-m")
+        return _best_of_run(registry.find(model, "-m"), "-m", warn)
     if env := os.environ.get("MTCLI_MODEL"):
-        return registry.find(env, "$MTCLI_MODEL")
+        return _best_of_run(registry.find(env, "$MTCLI_MODEL"), "$MTCLI_MODEL", warn)
     if src or tgt:
         choice = registry.choose(src, tgt)
         if choice.model is None:
@@ -289,9 +289,19 @@ def chosen_model(
     return None
 
 
-def model_for_text(model: str | None, lines: list[str]) -> Path:
+def _best_of_run(path: Path, option: str, warn) -> Path:
+    """`path`, or its best checkpoint where it is a training run's folder (said on stderr)."""
+    from mtcli.store.model_dir import best_in_run
+
+    if (best := best_in_run(path)) is None:
+        return path
+    warn(f"{option} {path} is a training run: using {best}, its best validation checkpoint")
+    return best
+
+
+def model_for_text(model: str | None, lines: list[str], warn=_quiet) -> Path:
     """chosen_model, else the installed model for the language most of `lines` are in."""
-    if (path := chosen_model(model)) is not None:
+    if (path := chosen_model(model, warn=warn)) is not None:
         return path
     language = majority_language(map(source_language, lines))[0] or "en"
     info = registry.for_direction(language, None)  # the shipped route first, as translate's

@@ -67,6 +67,15 @@ def read_config(path: str | Path) -> dict:
     return config
 
 
+def best_in_run(path: str | Path) -> Path | None:
+    """OUT/best of a training run's folder `path` (one that is not a model itself), else None:
+    what -m OUT means."""
+    path = Path(path)
+    best = path / "best"
+    is_run = not (path / CONFIG_FILE).is_file() and (best / CONFIG_FILE).is_file()
+    return best if is_run else None
+
+
 def _models_inside(path: Path) -> str:
     """A training run's folder holds its models one level down: name them (best first)."""
     inside = [path / name for name in ("best", "last") if (path / name / CONFIG_FILE).is_file()]

@@ -192,6 +192,20 @@ def test_v1_errors_and_the_request_log(client):
     assert [line.split()[:3] for line in client.logs[-4:]] == [["POST", "/v1/translate", "400"]] * 4
 
 
+def test_v1_takes_libretranslates_q_and_names_the_shape_it_expects(client, copy_lines):
+    """{"q": ...} answered `lines: Field required`: q (a text of lines, or a list) is taken as
+    the lines; a body with neither names the shape; both at once is refused."""
+    lines = copy_lines[:2]
+    by_lines = client.post("/v1/translate", json={"lines": lines}).json()["translations"]
+    for q in ("\n".join(lines), lines):
+        r = client.post("/v1/translate", json={"q": q})
+        assert r.status_code == 200 and r.json()["translations"] == by_lines, r.text
+    r = client.post("/v1/translate", json={"text": "a"})
+    assert r.status_code == 400 and '{"lines": ["a line", ...]}' in r.json()["error"]
+    r = client.post("/v1/translate", json={"q": "a", "lines": ["a"]})
+    assert r.status_code == 400 and "lines or q" in r.json()["error"]
+
+
 def test_api_key(copy_model_dir):
     """With --api-key, a missing or wrong key is 403 (compared in constant time, hmac); the
     right one (field or header) passes."""

@@ -10,7 +10,7 @@ import urllib.parse
 from dataclasses import dataclass, replace
 
 from fastapi import Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.requests import ClientDisconnect
 
 from mtcli.config import ConfigError, DecodeConfig, ServeConfig
@@ -52,6 +52,20 @@ class V1Request(BaseModel):
     )
     api_key: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _q_as_lines(cls, data):
+        """LibreTranslate's q (a text, or a list of texts) is taken as the lines: a text's lines
+        each get their translation, as `lines` would."""
+        if not isinstance(data, dict) or "q" not in data:
+            return data
+        if "lines" in data:
+            raise ValueError("give lines or q (LibreTranslate's name), not both")
+        data = dict(data)
+        q = data.pop("q")
+        data["lines"] = q.splitlines() or [q] if isinstance(q, str) else q
+        return data
+
 
 class V1Hypothesis(BaseModel):
     translation: str
@@ -88,7 +102,9 @@ def parse_v1(body: bytes) -> V1Request:
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "body"
-        raise ApiError(400, f"{where}: {err['msg']}") from None
+        shape = ' (the body is {"lines": ["a line", ...]}; q as LibreTranslate has it is taken too)'
+        missing = err["type"] == "missing" and where == "lines"
+        raise ApiError(400, f"{where}: {err['msg']}{shape if missing else ''}") from None
 
 
 async def read_body(request: Request, limit: int) -> bytes:

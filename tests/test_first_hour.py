@@ -123,3 +123,39 @@ def test_a_training_runs_folder_as_model_uses_its_best(tmp_path, copy_model_dir,
     via_run = invoke("translate", "-m", str(run), copy_lines[0], "--no-confidence")
     assert via_run.exit_code == 0 and via_run.stdout == direct.stdout
     assert f"-m {run} is a training run: using {run / 'best'}" in via_run.stderr
+
+
+WORK_TEXT = [
+    "The council postponed the budget hearing until further notice.",
+    "Quarterly revenue exceeded analyst expectations by a wide margin.",
+    "Please reset your password using the link below.",
+    "The API returns a paginated list of resources.",
+    "Our warehouse ships orders within two business days.",
+    "Why do we work?",
+]
+
+
+def test_mostly_flagged_lines_of_a_shipped_model_point_to_a_published_one():
+    """After most of a user's lines were flagged, nothing pointed to `mtcli models pull`: now
+    one line names the command for the pair; a run mostly unflagged says nothing of it."""
+    result = invoke("translate", input="".join(line + "\n" for line in WORK_TEXT))
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == len(WORK_TEXT)
+    hint = "`mtcli models pull Helsinki-NLP/opus-mt-en-zh` gets a published en->zh model"
+    assert result.stderr.count(hint) == 1 and "needs the network" in result.stderr
+    easy = invoke("translate", input="Why do we work?\nI love you.\nWhere is the station?\n")
+    assert "models pull" not in easy.stderr
+
+
+def test_the_published_model_hint_is_for_shipped_models_and_most_lines_only(tmp_path):
+    """By hand: more than half of at least 5 lines; a model of the user's gets no hint."""
+    import shutil
+
+    from mtcli.store.registry import bigger_model_hint, for_direction
+
+    shipped = for_direction("zh", "en").path
+    assert "opus-mt-zh-en" in bigger_model_hint(shipped, "zh", 3, 5)
+    assert "opus-mt-zh-en" in bigger_model_hint(None, "zh", 3, 5)
+    assert bigger_model_hint(shipped, "zh", 2, 4) is None  # 4 lines: too few to judge
+    assert bigger_model_hint(shipped, "zh", 5, 10) is None  # half is not most
+    mine = shutil.copytree(shipped, tmp_path / "mine")
+    assert bigger_model_hint(mine, "zh", 10, 10) is None

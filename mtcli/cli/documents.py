@@ -24,8 +24,9 @@ def check_document_output(src: str, output_path: str) -> None:
 
 def translate_file(
     src: str, ext: str, output_path: str, translator, chunk_lines: int, warn
-) -> None:
-    """The document translated into -o, with a progress bar of its strings on a terminal."""
+) -> tuple[list[str], int]:
+    """The document translated into -o, with a progress bar of its strings on a terminal;
+    returns the strings flagged and how many were translated."""
     from mtcli.documents.document import translate_document
 
     with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console,
@@ -56,6 +57,7 @@ def translate_file(
         warn(f"{outcome.kept} of {_strings(outcome.kept + outcome.translated)} kept as their source: "
              "their translation lost or changed a placeholder or tag")  # fmt: skip
     console.print(f"wrote {output_path} ({_strings(outcome.translated)} translated)", markup=False)
+    return flagged, outcome.translated + outcome.kept
 
 
 def _strings(n: int) -> str:

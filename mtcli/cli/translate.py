@@ -178,11 +178,26 @@ def translate_command(
     ]
     translator = build_translator(paths, cfg, options)
     if document:
-        return translate_file(
+        flagged, lines = translate_file(
             text[0], document, output_path, translator, cfg.chunk_lines, options.warn
         )
-    _translate_lines(translator, text, input_file, cfg, output_path, fmt, prefix, quiet, options.warn,
-                     ResultWriter(fmt, trace, min_confidence, unsure_marker))  # fmt: skip
+    else:
+        writer = ResultWriter(fmt, trace, min_confidence, unsure_marker)
+        _translate_lines(translator, text, input_file, cfg, output_path, fmt, prefix, quiet,
+                         options.warn, writer)  # fmt: skip
+        flagged, lines = writer.flagged_sources, writer.lines
+    _point_to_a_bigger_model(paths[0], flagged, lines, options.warn)
+
+
+def _point_to_a_bigger_model(path, flagged: list[str], lines: int, warn) -> None:
+    """Where a shipped model's translations were mostly flagged, the command that gets a
+    published model for the pair (the text is not what the shipped models know)."""
+    from mtcli.store.registry import bigger_model_hint
+    from mtcli.text.language import source_language
+
+    language = (source_language(flagged[0]) if flagged else None) or "en"
+    if hint := bigger_model_hint(path, language, len(flagged), lines):
+        warn(hint)
 
 
 def _translate_lines(
@@ -206,11 +221,13 @@ class ResultWriter:
         self.fmt, self.trace, self.min_confidence, self.marker = fmt, trace, min_confidence, marker
         self.lines = self.replaced = 0
         self.flagged: list[tuple[int, float | None]] = []  # (line number, its confidence)
+        self.flagged_sources: list[str] = []
 
     def write(self, out, result) -> None:
         self.lines += 1
         if result.flagged:
             self.flagged.append((self.lines, result.confidence))
+            self.flagged_sources.append(result.source)
         if self._unsure(result):
             self.replaced += 1  # the source, marked, rather than a translation judged unsure
             result = replace(result, text=self.marker + result.source, nbest=[], kept_source=True)

@@ -183,3 +183,28 @@ def choose(src: str | None, tgt: str | None) -> Choice:
 
 def is_shipped(info: ModelInfo) -> bool:
     return info.path.parent.resolve() == shipped_models_dir().resolve()
+
+
+# a published model for a pair, as `mtcli models pull` takes it: OPUS-MT's, which cover most
+# pairs (Helsinki-NLP/opus-mt-en-zh, opus-mt-zh-en)
+PUBLISHED = "Helsinki-NLP/opus-mt-{src}-{tgt}"
+# the shipped models know 25k short Tatoeba sentences: when more than this share of a run's
+# lines are flagged (and at least MOSTLY_FLAGGED_LINES), the text is not theirs
+MOSTLY_FLAGGED = 0.5
+MOSTLY_FLAGGED_LINES = 5
+
+
+def bigger_model_hint(path: Path | None, language: str, flagged: int, lines: int) -> str | None:
+    """Where most of a run's lines were flagged and a shipped model translated them (`path`,
+    or the one from `language` where none was chosen), the line naming the command that gets a
+    published model for that pair; else None."""
+    if lines < MOSTLY_FLAGGED_LINES or flagged <= MOSTLY_FLAGGED * lines:
+        return None
+    info = for_direction(language, None) if path is None else describe(Path(path))
+    if info is None or not is_shipped(info):
+        return None
+    pair = f"{info.src_lang}->{info.tgt_lang}"
+    repo = PUBLISHED.format(src=info.src_lang, tgt=info.tgt_lang)
+    return (f"{flagged} of {lines} lines flagged: {info.name} is small and knows short everyday "
+            f"sentences; for text like yours, `mtcli models pull {repo}` gets a published "
+            f"{pair} model (it needs the network), then -m {repo.split('/')[1]}")  # fmt: skip

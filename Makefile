@@ -101,8 +101,10 @@ DEMO_SENTENCES := "Why do we work?" "I would like a cup of coffee." "Where is th
 	"My brother plays the piano every evening." "It is raining, so we stay at home." \
 	"我们为什么工作？" "我不能收这份礼。"
 
+# the raw corpus from $(SHARED) where this machine has it, else downloaded into mtcli's cache
+RAW := $(wildcard $(SHARED)/tatoeba-en-zh/raw)
 $(TATOEBA)/test.src: | $(STAMP)
-	$(BIN)/mtcli data prepare tatoeba-en-zh --from $(SHARED)/tatoeba-en-zh/raw --out $(TATOEBA)
+	$(BIN)/mtcli data prepare tatoeba-en-zh $(if $(RAW),--from $(RAW)) --out $(TATOEBA)
 
 # the demo lines sit beside the prepared corpus, not in it: data prepare owns that folder
 DEMO := data/demo

@@ -159,3 +159,20 @@ def test_the_published_model_hint_is_for_shipped_models_and_most_lines_only(tmp_
     assert bigger_model_hint(shipped, "zh", 5, 10) is None  # half is not most
     mine = shutil.copytree(shipped, tmp_path / "mine")
     assert bigger_model_hint(mine, "zh", 10, 10) is None
+
+
+def test_make_demo_downloads_the_corpus_where_shared_is_missing(tmp_path):
+    """`make demo` in a plain clone stopped at `--from ../shared/...: no such directory`: the
+    corpus comes from ../shared where it is there, else `data prepare` downloads it."""
+    import subprocess
+
+    from tests.conftest import REPO
+
+    def prepare_line(shared) -> str:
+        dry = subprocess.run(["make", "-n", "-B", "data/tatoeba/test.src", f"SHARED={shared}"],
+                             cwd=REPO, capture_output=True, text=True, check=True)  # fmt: skip
+        return next(line for line in dry.stdout.splitlines() if "data prepare" in line)
+
+    assert "--from" not in prepare_line(tmp_path / "absent")
+    (tmp_path / "tatoeba-en-zh" / "raw").mkdir(parents=True)
+    assert f"--from {tmp_path}/tatoeba-en-zh/raw" in prepare_line(tmp_path)

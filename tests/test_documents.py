@@ -234,6 +234,31 @@ def test_po_fills_msgstr_and_plurals_marks_fuzzy_and_keeps_the_rest():
     assert outcome.translated == 4
 
 
+def test_po_keeps_every_byte_but_the_entries_it_fills():
+    """polib wrote the header's fields in its own order (Language moved above Content-Type)
+    and rewrapped every entry: now only a filled entry is written anew."""
+    po = (
+        '# header\nmsgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n'
+        '"Language: zh\\n"\n"X-Custom:  two  spaces\\n"\n\n'
+        '#: a.c:1\nmsgid ""\n"Already "\n"done."\nmsgstr "Fait."\n\n'
+        '#: a.c:2\nmsgid "Where is the station?"\nmsgstr ""\n\n'
+        '#~ msgid "gone"\n#~ msgstr "parti"\n'
+    )
+    out = translated(".po", po)[0].decode()
+    filled = '#: a.c:2\n#, fuzzy\nmsgid "Where is the station?"\nmsgstr "wHERE IS THE STATION?"\n'
+    assert out == po.replace('#: a.c:2\nmsgid "Where is the station?"\nmsgstr ""\n', filled)
+
+
+def test_srt_and_vtt_keep_every_byte_but_the_cue_text():
+    """An .srt gained a trailing blank line and its timings were rewritten by `srt`: now
+    numbers, timings, blank lines and the file's end stay as they were."""
+    srt_text = "1\r\n00:00:01,000 --> 00:00:02,500\r\nWhere is it?\r\n\r\n2\r\n00:00:03,000 --> 00:00:05,000  X1:10\r\nWhy?"
+    out = translated(".srt", srt_text)[0].decode()
+    assert out == srt_text.replace("Where is it?", "wHERE IS IT?").replace("Why?", "wHY?")
+    vtt = "WEBVTT\n\n00:01.000 --> 00:02.000 align:start\nHello there.\n"
+    assert translated(".vtt", vtt)[0].decode() == vtt.replace("Hello there.", "hELLO THERE.")
+
+
 def test_po_leaves_untranslated_what_lost_a_placeholder():
     import polib
 

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import re
 
-from mtcli.documents.segments import DocumentError, Outcome, Translate, decoded, translate_strings
+from mtcli.documents.segments import (
+    DocumentError,
+    Outcome,
+    Translate,
+    decoded,
+    newline,
+    translate_strings,
+)
 
 NPLURALS = re.compile(r"nplurals\s*=\s*(\d+)")
 
@@ -29,10 +36,23 @@ def translate(data: bytes, translate: Translate, outcome: Outcome, ext: str) -> 
             entry.msgstr = strings[0]
         if "fuzzy" not in entry.flags:
             entry.flags.append("fuzzy")
-    text = str(catalogue)
-    if not catalogue.header and text.startswith("#\n"):
-        text = text[2:]  # polib's empty header comment, which the file did not have
-    return (text.rstrip("\n") + "\n").encode("utf-8")
+    filled = [entry for entry in todo if not _untranslated(entry)]
+    return _spliced(decoded(data), catalogue, filled).encode("utf-8")
+
+
+def _spliced(text: str, catalogue, filled: list) -> str:
+    """`text` with only the entries in `filled` written anew (by polib): the header, every
+    other entry, comments and wrapping stay byte for byte (polib reorders a header's fields
+    and rewraps every entry)."""
+    nl = newline(text)
+    lines = text.split(nl)
+    starts = sorted(e.linenum - 1 for e in [*catalogue, *catalogue.obsolete_entries()])
+    for entry in sorted(filled, key=lambda e: e.linenum, reverse=True):
+        start = entry.linenum - 1
+        end = next((s for s in starts if s > start), len(lines))
+        end = next((i for i in range(start, end) if not lines[i].strip()), end)
+        lines[start:end] = str(entry).rstrip("\n").split("\n")
+    return nl.join(lines)
 
 
 def _parsed(text: str):

@@ -57,19 +57,29 @@ def _srt(text: str, translate: Translate, outcome: Outcome) -> str:
         cues = list(srt.parse(text))
     except srt.SRTParseError as e:
         raise DocumentError(f"not SubRip: {str(e).splitlines()[0][:160]}") from None
-    done = cue_texts([c.content.split("\n") for c in cues], translate, outcome)
-    for cue, lines in zip(cues, done, strict=True):
-        cue.content = "\n".join(lines)
-    return srt.compose(cues, reindex=False, strict=False).replace("\n", newline(text))
+    nl = newline(text)
+    lines = text.split(nl)
+    found = _cue_lines(lines)
+    if len(found) != len(cues):  # cues the line scan does not see as srt does: srt writes all
+        done = cue_texts([c.content.split("\n") for c in cues], translate, outcome)
+        for cue, new in zip(cues, done, strict=True):
+            cue.content = "\n".join(new)
+        return srt.compose(cues, reindex=False, strict=False).replace("\n", nl)
+    return _with_cues_translated(lines, found, translate, outcome, nl)
 
 
 def _vtt(text: str, translate: Translate, outcome: Outcome) -> str:
-    """WebVTT's text lines are those after a timing line, up to the blank line ending the cue."""
     nl = newline(text)
     lines = text.split(nl)
     if not lines[0].startswith("WEBVTT"):
         raise DocumentError("not WebVTT (its first line is not WEBVTT)")
-    cues = []  # (index of the first text line, number of text lines)
+    return _with_cues_translated(lines, _cue_lines(lines), translate, outcome, nl)
+
+
+def _cue_lines(lines: list[str]) -> list[tuple[int, int]]:
+    """(index of the first text line, number of text lines) of each cue: the lines after a
+    timing line, up to the blank line ending the cue (SubRip and WebVTT alike)."""
+    cues = []
     i = 0
     while i < len(lines):
         if "-->" in lines[i]:
@@ -78,6 +88,12 @@ def _vtt(text: str, translate: Translate, outcome: Outcome) -> str:
                 i += 1
             cues.append((start, i - start))
         i += 1
+    return cues
+
+
+def _with_cues_translated(lines, cues, translate: Translate, outcome: Outcome, nl: str) -> str:
+    """The file's lines with each cue's text lines translated in place: numbers, timings,
+    blank lines and the file's end stay byte for byte."""
     done = cue_texts([lines[s : s + n] for s, n in cues], translate, outcome)
     for (start, n), new in reversed(list(zip(cues, done, strict=True))):
         if n:

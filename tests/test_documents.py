@@ -252,7 +252,10 @@ def test_po_keeps_every_byte_but_the_entries_it_fills():
 def test_srt_and_vtt_keep_every_byte_but_the_cue_text():
     """An .srt gained a trailing blank line and its timings were rewritten by `srt`: now
     numbers, timings, blank lines and the file's end stay as they were."""
-    srt_text = "1\r\n00:00:01,000 --> 00:00:02,500\r\nWhere is it?\r\n\r\n2\r\n00:00:03,000 --> 00:00:05,000  X1:10\r\nWhy?"
+    srt_text = (
+        "1\r\n00:00:01,000 --> 00:00:02,500\r\nWhere is it?\r\n\r\n"
+        "2\r\n00:00:03,000 --> 00:00:05,000  X1:10\r\nWhy?"
+    )
     out = translated(".srt", srt_text)[0].decode()
     assert out == srt_text.replace("Where is it?", "wHERE IS IT?").replace("Why?", "wHY?")
     vtt = "WEBVTT\n\n00:01.000 --> 00:02.000 align:start\nHello there.\n"

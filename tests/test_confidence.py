@@ -401,3 +401,9 @@ def test_the_server_gives_confidence_in_v1_when_asked_and_in_libretranslate_repl
         body = c.post("/translate", json=mixed).json()
         assert body["translatedText"][1] == "我们为什么工作？"
         assert body["confidence"][0] > 0 and body["confidence"][1] is None
+        # a document's answer reports each flagged string, as translate --report writes it
+        txt = f"{GOOD}\n\n{FAR}\n".encode()
+        form = {"source": "en", "target": "zh"}
+        done = c.post("/translate_file", data=form, files={"file": ("a.txt", txt)}).json()
+        assert done["flagged"] == 1 and [r["string"] for r in done["report"]] == [2]
+        assert done["report"][0]["source"] == FAR and done["report"][0]["why"]

@@ -176,3 +176,41 @@ def test_make_demo_downloads_the_corpus_where_shared_is_missing(tmp_path):
     assert "--from" not in prepare_line(tmp_path / "absent")
     (tmp_path / "tatoeba-en-zh" / "raw").mkdir(parents=True)
     assert f"--from {tmp_path}/tatoeba-en-zh/raw" in prepare_line(tmp_path)
+
+
+def test_report_lists_every_line_to_read_with_why(tmp_path):
+    """Text mode named 10 flagged lines and '...', a document three strings: --report FILE
+    lists each line (or document string) with its source, translation, confidence and why;
+    an existing report is refused without --force, and the report is never the output."""
+    lines = [WORK_TEXT[0], "There are five patients in the waiting room.", "Why do we work?"]
+    src = tmp_path / "in.txt"
+    src.write_text("".join(line + "\n" for line in lines))
+    report = tmp_path / "report.jsonl"
+    result = invoke("translate", "-i", str(src), "--report", str(report))
+    assert result.exit_code == 0 and f"--report {report} lists each" in result.stderr
+    records = [json.loads(line) for line in report.read_text().splitlines()]
+    out = result.stdout.splitlines()
+    assert [r["line"] for r in records] == [1, 2]
+    assert [(r["source"], r["translation"]) for r in records] == list(
+        zip(lines[:2], out[:2], strict=True)
+    )
+    assert records[0]["why"][0].startswith("low confidence") and records[0]["confidence"] < 0.2
+    assert records[1]["why"] == ["writes 50, which its source does not have"]  # 房间里有50个人
+    again = invoke("translate", "-i", str(src), "--report", str(report))
+    assert again.exit_code == 2 and "--report" in again.output and "exists" in again.output
+    same = invoke(
+        "translate", "-i", str(src), "-o", str(tmp_path / "o"), "--report", str(tmp_path / "o")
+    )
+    assert same.exit_code == 2 and "is the --output file" in same.output
+    srt = tmp_path / "a.srt"
+    srt.write_text(
+        f"1\n00:00:01,000 --> 00:00:02,000\n{lines[2]}\n\n2\n00:00:03,000 --> 00:00:04,000\n{lines[1]}\n"
+    )
+    doc_report = tmp_path / "doc.jsonl"
+    result = invoke(
+        "translate", str(srt), "-o", str(tmp_path / "b.srt"), "--report", str(doc_report)
+    )
+    records = [json.loads(line) for line in doc_report.read_text().splitlines()]
+    assert result.exit_code == 0 and [(r["string"], r["source"]) for r in records] == [
+        (2, lines[1])
+    ]

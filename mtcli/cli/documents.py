@@ -10,6 +10,7 @@ from rich.progress import MofNCompleteColumn, Progress
 from mtcli.cli.console import console
 from mtcli.documents.formats import FORMATS
 from mtcli.documents.segments import as_written
+from mtcli.engines.result import report_records
 from mtcli.engines.routing import stream
 from mtcli.errors import UserError
 
@@ -23,7 +24,7 @@ def check_document_output(src: str, output_path: str) -> None:
 
 
 def translate_file(
-    src: str, ext: str, output_path: str, translator, chunk_lines: int, warn
+    src: str, ext: str, output_path: str, translator, chunk_lines: int, warn, report
 ) -> tuple[list[str], int]:
     """The document translated into -o, with a progress bar of its strings on a terminal;
     returns the strings flagged and how many were translated."""
@@ -34,25 +35,33 @@ def translate_file(
         task = bar.add_task(Path(src).name, total=None)
 
         flagged: list[str] = []
+        strings = 0  # the document's strings so far (a format may translate in several calls)
 
         def translate(lines: list[str]) -> list[str]:
+            nonlocal strings
             bar.update(task, total=len(lines))
             out = []
+            markup = FORMATS[ext].markup
             for t in stream(translator.translate_chunk, lines, chunk_lines):
                 out.append(t.text)
+                written = as_written(t.source) if markup else t.source
                 if t.flagged:  # a whole HTML document's blocks, else the string as written
-                    markup = FORMATS[ext].markup
-                    flagged.extend(
-                        t.flagged_parts or [as_written(t.source) if markup else t.source]
-                    )
+                    flagged.extend(t.flagged_parts or [written])
+                strings += 1
+                report.add(report_records(t, strings, "string", written))
                 bar.advance(task)
             return out
 
         outcome = translate_document(src, output_path, ext, translate)
     if flagged:
         shown = "; ".join(repr(s[:60]) for s in flagged[:3]) + ("; ..." if len(flagged) > 3 else "")
+        every = (
+            f" (--report {report.path} lists each)"
+            if report.path
+            else " (--report FILE lists each)"
+        )
         warn(f"{_strings(len(flagged))} flagged as unreliable (a number or name missing, or low "
-             f"confidence): read them in {output_path}: {shown}")  # fmt: skip
+             f"confidence): read them in {output_path}: {shown}{every}")  # fmt: skip
     if outcome.kept:
         warn(f"{outcome.kept} of {_strings(outcome.kept + outcome.translated)} kept as their source: "
              "their translation lost or changed a placeholder or tag")  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 from pathlib import Path
 
@@ -94,3 +95,34 @@ def _same_file(path: Path, stream) -> bool:
     except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
         return False  # no file behind the stream (a pipe's inode never matches), or no file
     return (opened.st_dev, opened.st_ino) == (there.st_dev, there.st_ino)
+
+
+def check_report_file(path: str | None, output_path: str, force: bool, reading=None) -> None:
+    """--report FILE: a file of its own, checked as any output is."""
+    if path and output_path != "-" and Path(path).resolve() == Path(output_path).resolve():
+        raise UserError(f"--report {path}: is the --output file; give the report its own")
+    check_output_file(path, "--report", force, reading)
+
+
+class ReportFile:
+    """--report FILE: the records of lines to read with care, a JSON line each, written as
+    they come (a killed run keeps what it found); no FILE: nothing is written."""
+
+    def __init__(self, path: str | None):
+        self.path, self.file = path, None
+
+    def __enter__(self) -> ReportFile:
+        if self.path:
+            self.file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (closed in __exit__)
+        return self
+
+    def add(self, records: list[dict]) -> None:
+        if self.file is None:
+            return
+        for record in records:
+            self.file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.file.flush()
+
+    def __exit__(self, *exc) -> None:
+        if self.file is not None:
+            self.file.close()

@@ -23,13 +23,13 @@ from mtcli.cli.options import (
     decode_options,
     engine_option,
 )
-from mtcli.cli.streams import NamedOutput, check_output_file
+from mtcli.cli.streams import NamedOutput, ReportFile, check_output_file, check_report_file
 from mtcli.config import QUANTIZE_CHOICES
 from mtcli.data.textio import read_chunks
 from mtcli.documents.document import document_format, names_a_file
 from mtcli.documents.formats import FORMATS
 from mtcli.engines.build import EngineOptions, build_translator, chosen_model
-from mtcli.engines.result import translation_record
+from mtcli.engines.result import report_records, translation_record
 from mtcli.engines.routing import chunks
 
 
@@ -137,13 +137,18 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     help="What --min-confidence puts before a source it writes ('' for none).",
 )  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
+@click.option(
+    "--report", type=click.Path(dir_okay=False),
+    help="Write every line (or document string) to read with care to FILE, as JSON lines: "
+    "its number, source, translation, confidence and why.",
+)  # fmt: skip
 @click.option("--file-format",
               help="FILE's format: txt srt vtt json po md html docx.  [default: its extension]")  # fmt: skip
 @decode_options
 def translate_command(
     text, models, src_lang, tgt_lang, input_file, output_path, force, fmt, prefix, sample,
     temperature, top_k, top_p, seed, glossary, trace, engine, quantize, html, align, confidence,
-    min_confidence, unsure_marker, quiet, file_format, device, threads, **decode,
+    min_confidence, unsure_marker, quiet, report, file_format, device, threads, **decode,
 ) -> None:  # fmt: skip
     """Translate TEXT, or stdin line by line (one output line per input line), or a document
     FILE (.txt .srt .vtt .json .po .md .html .docx) into -o OUT, keeping all that is not text.
@@ -165,9 +170,9 @@ def translate_command(
     confidence, asked = _confidence_wanted(confidence, min_confidence, sample, engine)
     _check_combinations(fmt, sample, sampling, trace, align, glossary, html, prefix, asked)
     cfg = build_decode_config(sample=sample, **sampling, **decode)
-    check_output_file(
-        output_path, "--output", force, reading=None if text else input_file or sys.stdin
-    )
+    reading = None if text else input_file or sys.stdin
+    check_output_file(output_path, "--output", force, reading=reading)
+    check_report_file(report, output_path, force, reading)
     options = EngineOptions(
         engine, device, threads, quantize or "", align, trace, _glossary(glossary), _warner(quiet), html=markup,
         confidence=confidence, confidence_asked=asked, target_language=tgt_lang or "",
@@ -177,15 +182,16 @@ def translate_command(
         chosen_model(None, src_lang, tgt_lang, options.warn)
     ]
     translator = build_translator(paths, cfg, options)
-    if document:
-        flagged, lines = translate_file(
-            text[0], document, output_path, translator, cfg.chunk_lines, options.warn
-        )
-    else:
-        writer = ResultWriter(fmt, trace, min_confidence, unsure_marker)
-        _translate_lines(translator, text, input_file, cfg, output_path, fmt, prefix, quiet,
-                         options.warn, writer)  # fmt: skip
-        flagged, lines = writer.flagged_sources, writer.lines
+    with ReportFile(report) as to_read:
+        if document:
+            flagged, lines = translate_file(
+                text[0], document, output_path, translator, cfg.chunk_lines, options.warn, to_read
+            )
+        else:
+            writer = ResultWriter(fmt, trace, min_confidence, unsure_marker, to_read)
+            _translate_lines(translator, text, input_file, cfg, output_path, fmt, prefix, quiet,
+                             options.warn, writer)  # fmt: skip
+            flagged, lines = writer.flagged_sources, writer.lines
     _point_to_a_bigger_model(paths[0], flagged, lines, options.warn)
 
 
@@ -217,8 +223,11 @@ def _translate_lines(
 class ResultWriter:
     """Writes each result as its line, and notes the lines flagged as unreliable."""
 
-    def __init__(self, fmt: str, trace: bool, min_confidence: float | None, marker: str):
+    def __init__(
+        self, fmt: str, trace: bool, min_confidence: float | None, marker: str, report: ReportFile
+    ):
         self.fmt, self.trace, self.min_confidence, self.marker = fmt, trace, min_confidence, marker
+        self.report = report
         self.lines = self.replaced = 0
         self.flagged: list[tuple[int, float | None]] = []  # (line number, its confidence)
         self.flagged_sources: list[str] = []
@@ -228,6 +237,7 @@ class ResultWriter:
         if result.flagged:
             self.flagged.append((self.lines, result.confidence))
             self.flagged_sources.append(result.source)
+        self.report.add(report_records(result, self.lines, "line"))
         if self._unsure(result):
             self.replaced += 1  # the source, marked, rather than a translation judged unsure
             result = replace(result, text=self.marker + result.source, nbest=[], kept_source=True)
@@ -256,8 +266,11 @@ class ResultWriter:
                     "fact in it may be lost or changed; read it against the source")  # fmt: skip
         n = len(self.flagged)
         numbers = ", ".join(str(line) for line, _ in self.flagged[:FLAGGED_NAMED])
-        named = f"{'line' if n == 1 else 'lines'} {numbers}{', ...' if n > FLAGGED_NAMED else ''}"
-        return f"{n} of {self.lines} lines flagged as unreliable ({named}); {WHERE_CONFIDENCE[self.fmt]}"
+        more = ", ..." if n > FLAGGED_NAMED else ""
+        named = f"{'line' if n == 1 else 'lines'} {numbers}{more}"
+        every = f"--report {self.report.path} lists" if self.report.path else "--report FILE lists"
+        return (f"{n} of {self.lines} lines flagged as unreliable ({named}); "
+                f"{WHERE_CONFIDENCE[self.fmt]}; {every} each with why")  # fmt: skip
 
 
 FLAGGED_NAMED = 10  # the flagged lines a summary names by number; more are only counted

@@ -64,6 +64,38 @@ def flagged_strings(t: Translation) -> int:
     return len(t.flagged_parts) if t.flagged_parts else int(t.flagged)
 
 
+def flag_reasons(t: Translation) -> list[str]:
+    """Why a reader should check the translation `t`, each reason a short phrase (empty: none
+    known): what --report writes, so a flagged line says why."""
+    reasons = []
+    if t.invented_numbers:
+        reasons.append(f"writes {', '.join(t.invented_numbers)}, which its source does not have")
+    if t.wrong_language is not None:
+        w = t.wrong_language
+        reasons.append(f"in {w['identified']}; the model translates from {w['model_source']}")
+    if t.flagged and not t.invented_numbers:
+        reasons.append(
+            "low confidence: a part of the sentence or a fact in it may be lost or changed"
+        )
+    return reasons
+
+
+def report_records(t: Translation, number: int, unit: str, source: str | None = None) -> list[dict]:
+    """The --report records of `t`, the `number`-th line or string (`unit`): one where it has
+    a reason to be read (flag_reasons), one per flagged block of a whole HTML document, else
+    none. `source`: the source as the reader wrote it, where the model read another form."""
+    reasons = flag_reasons(t)
+    if not reasons:
+        return []
+    confidence = None if t.confidence is None else round(t.confidence, 4)
+    if t.flagged_parts:  # a whole HTML document: its blocks, whose translations are not apart
+        return [{unit: number, "block": part, "confidence": confidence, "why": reasons}
+                for part in t.flagged_parts]  # fmt: skip
+    source = t.source if source is None else source
+    return [{unit: number, "source": source, "translation": t.text, "confidence": confidence,
+             "why": reasons}]  # fmt: skip
+
+
 def translation_record(t: Translation, *, alignment: bool = True, attention: bool = False) -> dict:
     """A Translation as JSON-ready fields: the text, its score and n-best list, and what was
     recorded (a trace, word alignments; the attention matrix when asked)."""

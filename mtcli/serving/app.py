@@ -208,9 +208,9 @@ class Service:
 
     async def translate_file(
         self, state, name: str, data: bytes, ext: str, source: str, target: str
-    ) -> tuple[bytes, Outcome, int]:
+    ) -> tuple[bytes, Outcome, FileJob]:
         """An uploaded document translated (files.py): its bytes, how its strings fared, and
-        how many were flagged as unreliable."""
+        its job (how many strings were flagged as unreliable, and the report of each)."""
         pick = self.models.picker(source, target)  # an unknown pair: a 400 before any work
         decode = request_decode(self.cfg)
 
@@ -225,7 +225,7 @@ class Service:
         job = FileJob(run, FORMATS[ext].markup, time.monotonic() + timeout, timeout, loop)
         translated, outcome = await translate_upload(job, name, data, ext)
         state.lines = outcome.translated + outcome.kept
-        return translated, outcome, job.flagged
+        return translated, outcome, job
 
     async def v1(self, state, req: V1Request) -> dict:
         """mtcli's own answer: n-best with scores, alignments and attention when asked."""
@@ -400,7 +400,8 @@ def _file_routes(app: FastAPI, service: Service) -> None:
         """LibreTranslate's /translate_file: a multipart `file` (its format from its extension:
         /frontend/settings lists them), `source` (or auto), `target`, `api_key`. The answer's
         `translatedFileUrl` downloads the translation once, within --keep-files seconds;
-        `strings`, `keptAsSource` and `flagged` say how its strings fared."""
+        `strings`, `keptAsSource` and `flagged` say how its strings fared, and `report` lists
+        each string to read with care (as `mtcli translate --report` writes them)."""
         if store.busy >= AT_ONCE:  # before the body is read: memory stays bounded
             raise ApiError(
                 503,
@@ -414,7 +415,7 @@ def _file_routes(app: FastAPI, service: Service) -> None:
             service.models.check_ready()
             source, target = check_file_fields(fields)
             ext = upload_format(name)
-            translated, outcome, flagged = await service.translate_file(
+            translated, outcome, job = await service.translate_file(
                 request.state, name, data, ext, source, target
             )
         finally:
@@ -423,7 +424,7 @@ def _file_routes(app: FastAPI, service: Service) -> None:
         return {
             "translatedFileUrl": str(request.url_for("download_file", file_id=file_id)),
             "strings": outcome.translated + outcome.kept, "keptAsSource": outcome.kept,
-            "flagged": flagged,
+            "flagged": job.flagged, "report": job.report,
         }  # fmt: skip
 
     @app.get(

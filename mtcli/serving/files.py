@@ -27,8 +27,8 @@ from starlette.datastructures import UploadFile
 
 from mtcli.documents.document import translate_bytes
 from mtcli.documents.formats import FORMATS, missing_library
-from mtcli.documents.segments import Outcome
-from mtcli.engines.result import flagged_strings
+from mtcli.documents.segments import Outcome, as_written
+from mtcli.engines.result import flagged_strings, report_records
 from mtcli.errors import UserError
 from mtcli.serving.requests import ApiError, check_fields, read_body
 
@@ -164,6 +164,9 @@ class FileJob:
     timeout: float
     loop: asyncio.AbstractEventLoop
     flagged: int = 0
+    # the strings to read with care, as `mtcli translate --report` writes them
+    report: list[dict] = field(default_factory=list)
+    strings: int = 0  # the document's strings so far (a format may translate in several calls)
 
     def translate(self, lines: list[str]) -> list[str]:
         """Called by mtcli/documents in the worker thread: the lines, translated."""
@@ -172,6 +175,10 @@ class FileJob:
             results = self._queued(lines[start : start + LINES_PER_JOB])
             out.extend(r.text for r in results)
             self.flagged += sum(flagged_strings(r) for r in results)
+            for r in results:
+                self.strings += 1
+                written = as_written(r.source) if self.html else r.source
+                self.report.extend(report_records(r, self.strings, "string", written))
         return out
 
     def _queued(self, chunk: list[str]) -> list:

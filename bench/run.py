@@ -1,7 +1,7 @@
 """`make bench`: run every benchmark in its own process, then print one table.
 
     python bench/run.py [--minutes 20]
-        [--only train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents]
+        [--only train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,threads]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -60,6 +60,26 @@ def data_rows() -> list[tuple[str, str, str, str]]:
     for name, s in d["speed_first_100_steps_tatoeba"].items():
         rows.append(("data", f"first 100 steps, Tatoeba: {name}", "tgt tok/s | vs store",
                      f"{s['tgt_tokens_per_s']:,} | {s['vs_store']:.2f}x"))  # fmt: skip
+    return rows
+
+
+def thread_rows() -> list[tuple[str, str, str, str]]:
+    """bench/threads.py: the default thread count idle and beside a CPU-bound process."""
+    d = _load("threads")
+    if not d:
+        return []
+    what = "s: default | threads 1 | all CPUs, OpenMP's spin"
+    rows = []
+    for name, key in (("idle", "idle_s"), ("beside a busy core", "busy_s")):
+        rows.append(
+            ("threads", f"{d['lines']} lines, {name}", what, " | ".join(map(str, d[key].values())))
+        )
+    rows.append(
+        ("threads", "busy: default / threads 1", "ratio", f"{d['busy_default_vs_threads_1']:.2f}x")
+    )
+    rows.append(
+        ("threads", "idle: default / all CPUs", "ratio", f"{d['idle_default_vs_all_cpus']:.2f}x")
+    )
     return rows
 
 
@@ -187,6 +207,7 @@ def table() -> str:
             rows.append(("memory", f"beam 5, {name}", what, value))
     rows += distill_rows()
     rows += document_rows()
+    rows += thread_rows()
     if sv := _load("serve"):
         for name, r in sv["results"].items():
             value = (
@@ -267,7 +288,7 @@ def main() -> None:
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
     ap.add_argument(
         "--only",
-        default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents",
+        default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,threads",
     )
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
@@ -297,6 +318,8 @@ def main() -> None:
             _run("quality.py", "--corpus", "tatoeba-en-zh", "--minutes", args.minutes)
         if "documents" in only:  # words/s of each format against the same sentences as lines
             _run("documents.py")
+        if "threads" in only:  # the default thread count idle and beside a CPU-bound process
+            _run("threads.py")
     print(table())
 
 

@@ -92,10 +92,16 @@ class ModelConfig:
 
 # settings of a run that may change when it is resumed: budgets and cadences, not the model,
 # the data or the optimisation (a change there would make the resumed run a different run)
+WARMUP_MEASURED_STEPS = 20  # steps timed before a warm-up is sized by the step rate
+
 RESUMABLE_CHANGES = (
     "max_steps", "max_epochs", "max_time", "patience", "valid_every", "valid_bleu_lines",
     "log_every", "keep", "save_every", "save_every_minutes", "threads", "device", "precision",
     "out", "tensorboard",
+    # the warm-up: a changed one never lifts a later step's rate above the inverse-sqrt decay
+    # the run was on (lr_factor could, and stays refused), so a warm-up the budget outlasts
+    # is put right on the resumed run
+    "warmup", "warmup_share",
     # labels, not training: a run labelled by an older mtcli's default may be relabelled
     "src_lang", "tgt_lang",
 )  # fmt: skip
@@ -129,6 +135,10 @@ class TrainConfig:
     max_ratio: float = 9.0  # pairs whose length ratio exceeds this are dropped (misalignments)
     lr_factor: float = 2.0  # scales the warm-up schedule of the paper
     warmup: int = 4000  # steps of linear warm-up before inverse-sqrt decay
+    # with max_time: the warm-up is this share of the steps the budget allows, from the step
+    # rate of the first WARMUP_MEASURED_STEPS (a preset sized by time: a slower machine gets a
+    # shorter warm-up, not one it never finishes); 0 = warmup as given
+    warmup_share: float = 0.0
     label_smoothing: float = 0.1  # paper value
     bpe_dropout: float = 0.0  # BPE-dropout on training text, re-drawn every epoch; 0 = off.
     # 0.1 is the value Provilkov et al. (2020) found best; it helps most on small corpora
@@ -345,6 +355,7 @@ LIMITS: dict[type, dict[str, Limit]] = {
         "max_ratio": AT_LEAST_1,
         "lr_factor": Limit(low=0),
         "warmup": AT_LEAST_1,
+        "warmup_share": PROBABILITY,
         "label_smoothing": PROBABILITY,
         "bpe_dropout": PROBABILITY,
         "placeholders": PROBABILITY,

@@ -403,3 +403,41 @@ def test_a_budget_that_ends_inside_the_warm_up_is_named(tmp_path):
     train(timed, reports.append)  # no --max-steps: the step rate says it, after 20 steps
     said = [r.text for r in reports if "ends near step" in getattr(r, "text", "")]
     assert len(said) == 1 and "--max-time 0.05" in said[0] and "--warmup 100,000" in said[0]
+
+
+def test_a_preset_sized_by_time_fits_its_warm_up_in_its_budget(tmp_path):
+    """--preset quick's warm-up of 300 steps was never finished where steps were slower, and
+    the --warmup its warning advised was refused on the resumed run: a warm-up share sizes the
+    warm-up from the first 20 steps' rate (recorded, and kept on resume), and a schedule change
+    on resume is allowed (it holds no state)."""
+    from mtcli.training.checks import warmup_for_budget
+    from mtcli.training.run_dir import recorded_settings
+    from mtcli.training.start import check_same_run
+
+    sized = warmup_for_budget(TrainConfig(max_time=5, warmup_share=0.3), step=20, elapsed=20.0)
+    assert sized[0] == 90 and "90 steps, 30% of the ~300 that --max-time 5 allows" in sized[1]
+    assert warmup_for_budget(TrainConfig(max_time=5), step=20, elapsed=20.0) is None
+    tok = copy_tokenizer(tmp_path)
+    cfg = copy_train_config(tmp_path, tok, max_steps=0, max_time=0.02, warmup=100_000,
+                            warmup_share=0.3, valid_every=1000, save_every=10)  # fmt: skip
+    reports = []
+    train(cfg, reports.append)
+    texts = [getattr(r, "text", "") for r in reports]
+    said = [t for t in texts if t.startswith("warm-up: ")]
+    assert len(said) == 1 and not any("ends near step" in t for t in texts)
+    measured = int(said[0].split()[1].replace(",", ""))
+    last = Path(cfg.out) / "last"
+    assert 20 < measured < 100_000 and recorded_settings(last)[0]["warmup"] == measured
+    reports = []
+    train(dataclasses.replace(cfg, max_time=0.03), reports.append)  # the preset's 100,000 again
+    texts = [getattr(r, "text", "") for r in reports]
+    assert not any("resuming with warmup" in t or "ends near step" in t for t in texts)
+    assert recorded_settings(last)[0]["warmup"] == measured
+    changed = check_same_run(last, dataclasses.replace(cfg, warmup=7, warmup_share=0.0))
+    assert {d[0] for d in changed} >= {"warmup", "warmup_share"}
+    from mtcli.cli.train import assemble_config
+
+    flags = {"src": "a", "tgt": "b", "out": str(tmp_path / "new")}
+    assert assemble_config(None, flags, None, False, "quick").warmup_share == 0.3
+    fixed = assemble_config(None, {**flags, "warmup": 11}, None, False, "quick")
+    assert (fixed.warmup, fixed.warmup_share) == (11, 0.0)  # --warmup N is N steps

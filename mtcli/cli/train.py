@@ -43,6 +43,7 @@ FLAGS = {
     "precision": "precision",
     "lr_factor": "lr_factor",
     "warmup": "warmup",
+    "warmup_share": "warmup_share",
     "label_smoothing": "label_smoothing",
     "bpe_dropout": "bpe_dropout",
     "placeholders": "placeholders",
@@ -129,6 +130,8 @@ def clock(seconds: float) -> str:
 
 def flag_layer(flags: dict) -> Layer:
     values = {FLAGS[name]: value for name, value in flags.items() if value is not None}
+    if "warmup" in values and "warmup_share" not in values:
+        values["warmup_share"] = 0.0  # --warmup N is N steps, whatever a preset sizes by time
     return Layer(values, lambda key, value: f"{FLAG_OF[key]} {value}")
 
 
@@ -324,6 +327,9 @@ def list_presets(ctx, param, value) -> None:
 @click.option("--precision", type=click.Choice(["fp32", "bf16"]), help="[default: fp32]")
 @click.option("--lr-factor", type=float, help="Scale of the warm-up schedule.  [default: 2.0]")
 @click.option("--warmup", type=int, help="Warm-up steps.  [default: 4000]")
+@click.option("--warmup-share", type=float,
+              help="With --max-time: the warm-up is this share of the steps the budget allows, "
+              "from the first 20 steps' rate.  [default: 0 (off); --preset quick: 0.3]")  # fmt: skip
 @click.option("--label-smoothing", type=float, help="[default: 0.1]")
 @click.option("--bpe-dropout", type=float, help="BPE-dropout on training text (0 = off).")
 @click.option(

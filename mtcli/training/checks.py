@@ -112,6 +112,22 @@ def warmup_outlasts_budget(cfg: TrainConfig, step: int = 0, elapsed: float = 0.0
     )
 
 
+def warmup_for_budget(cfg: TrainConfig, step: int, elapsed: float) -> tuple[int, str] | None:
+    """Where cfg.warmup_share sizes the warm-up by time: (the warm-up, the line saying so),
+    from the step rate of the `step` steps done in `elapsed` seconds; None otherwise."""
+    if not (cfg.warmup_share and cfg.max_time) or step <= 0 or elapsed <= 0:
+        return None
+    rate = step / elapsed
+    steps = int(rate * cfg.max_time * 60)
+    if cfg.max_steps:
+        steps = min(steps, cfg.max_steps)
+    warmup = max(step + 1, round(cfg.warmup_share * steps))
+    return warmup, (
+        f"warm-up: {warmup:,} steps, {cfg.warmup_share:.0%} of the ~{steps:,} that --max-time "
+        f"{cfg.max_time:g} allows at {rate:.1f} steps/s (--warmup N fixes it)"
+    )
+
+
 def _tenth(steps: int) -> int:
     """A warm-up of a tenth of a short run, as the shipped presets have (1,000 of 13,000)."""
     return max(1, steps // 10)

@@ -17,6 +17,7 @@ nothing here prints, except a last word on a second Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from mtcli.config import TrainConfig, to_dict
+from mtcli.config import WARMUP_MEASURED_STEPS, TrainConfig, to_dict
 from mtcli.data.batches import Resplit, collate, epoch_batches
 from mtcli.data.parallel_text import read_corpus
 from mtcli.data.token_store import TokenStore
@@ -38,12 +39,17 @@ from mtcli.device import pick_device, use_cores
 from mtcli.errors import Interrupted
 from mtcli.store.checkpoint import SaveRequest, check_model_dir, write_model_dir
 from mtcli.training.augment import Augmenter
-from mtcli.training.checks import check_inputs, warmup_outlasts_budget, with_languages
+from mtcli.training.checks import (
+    check_inputs,
+    warmup_for_budget,
+    warmup_outlasts_budget,
+    with_languages,
+)
 from mtcli.training.distributed import ProcessGroup, rng_state, set_rng_state, start_process_group
 from mtcli.training.pipeline import epoch_resplit, make_augmenter
 from mtcli.training.reports import Message, Report, StepReport, TrainResult, ValidReport
 from mtcli.training.run_dir import RunDir
-from mtcli.training.start import begin_run, load_pairs, load_training_set
+from mtcli.training.start import begin_run, load_pairs, load_training_set, resumed_config
 from mtcli.training.validation import Validator, smoothed_loss
 
 
@@ -246,10 +252,12 @@ def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: Ru
     pos = Position()
     if start.state is not None:
         pos = restore(start.state, optimizer, precision, validator, group, say)
+        cfg = resumed_config(cfg, checkpoint, pos.step)
     result = TrainResult(step=pos.step, best=validator.best if validator else None, out=run.path)
     trainer = Trainer(
         cfg, group, run, model, model, tokenizer, start.tokenizer_dir, validator, optimizer,
         precision, pos, result, CheckpointPolicy(cfg), say, augmenter=augmenter,
+        warmup_checked=pos.step >= WARMUP_MEASURED_STEPS and cfg.warmup_share > 0,
     )  # fmt: skip
     return trainer, train_set, checkpoint
 
@@ -333,9 +341,12 @@ class Trainer:
         self.say(report)
         self.run.record(report)
         said_at_start = 0 < self.cfg.max_steps < self.cfg.warmup  # --max-steps' line, once
-        if not self.warmup_checked and pos.step >= 20 and not said_at_start:
+        if not self.warmup_checked and pos.step >= WARMUP_MEASURED_STEPS and not said_at_start:
             self.warmup_checked = True
-            if note := warmup_outlasts_budget(self.cfg, pos.step, pos.elapsed):
+            if sized := warmup_for_budget(self.cfg, pos.step, pos.elapsed):
+                self.cfg = dataclasses.replace(self.cfg, warmup=sized[0])  # saved with the run
+                self.say(Message(sized[1]))
+            elif note := warmup_outlasts_budget(self.cfg, pos.step, pos.elapsed):
                 self.say(Message(note))
 
     def after_step(self, epochs_done: bool = False) -> bool:

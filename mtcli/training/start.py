@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mtcli.config import (
     RESUMABLE_CHANGES,
+    WARMUP_MEASURED_STEPS,
     ModelConfig,
     TrainConfig,
     differences,
@@ -110,6 +111,8 @@ def check_same_run(checkpoint: Path, cfg: TrainConfig) -> list[tuple]:
         ("model." + k, a, w)
         for k, a, w in architecture_differences(cfg.model, from_dict(ModelConfig, model_rec))
     ]
+    if measured_warmup(cfg, train_rec) is not None:  # the warm-up the run measured stays
+        diffs = [d for d in diffs if d[0] != "warmup"]
     if refused := [d for d in diffs if d[0] not in RESUMABLE_CHANGES]:
         changes = ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in refused)
         raise UserError(
@@ -117,6 +120,24 @@ def check_same_run(checkpoint: Path, cfg: TrainConfig) -> list[tuple]:
             "to continue, --restart to start over, or another --out"
         )
     return diffs
+
+
+def measured_warmup(cfg: TrainConfig, recorded: dict) -> int | None:
+    """The warm-up a run sized by its step rate (warmup_share) recorded, where `cfg` sizes it
+    the same way: a resumed run keeps it rather than the preset's first guess."""
+    share = cfg.warmup_share
+    if not share or recorded.get("warmup_share") != share or "warmup" not in recorded:
+        return None
+    return int(recorded["warmup"])
+
+
+def resumed_config(cfg: TrainConfig, checkpoint: Path | None, step: int) -> TrainConfig:
+    """`cfg` for a run resumed from `checkpoint` at `step`: with the warm-up it measured, where
+    it measured one (by WARMUP_MEASURED_STEPS)."""
+    if checkpoint is None or step < WARMUP_MEASURED_STEPS:
+        return cfg
+    warmup = measured_warmup(cfg, recorded_settings(checkpoint)[0])
+    return cfg if warmup is None else dataclasses.replace(cfg, warmup=warmup)
 
 
 @dataclass

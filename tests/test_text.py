@@ -424,3 +424,38 @@ def test_what_the_parser_still_holds_at_the_end_is_kept(document, kept):
     (html.parser drops an unclosed script's text) nor translated."""
     t = build_translator([MODELS / "en-zh-tiny"], DecodeConfig(), EngineOptions(device="cpu", html=True))  # fmt: skip
     assert kept in t.translate_chunk([document])[0].text
+
+
+def test_a_date_with_a_month_name_travels_whole_and_is_written_the_targets_way():
+    """`The meeting is on May 5 at 10:30.` came out as 会议在5 10:30 (May lost): a month name
+    with its day, with or without a year, abbreviated or not, is one date span, written as the
+    target writes it; May the verb and a month without a day are no date."""
+    from mtcli.text.render import render
+
+    def dates(line: str) -> list[tuple[str, str]]:
+        return [(s.text, render(s, "zh")) for s in find_spans(line, "en") if s.kind == "date"]
+
+    assert dates("The meeting is on May 5 at 10:30.") == [("May 5", "5月5日")]
+    assert dates("We met on 5 May.") == [("5 May", "5月5日")]
+    assert dates("Jan. 5th works, or Sept 30.") == [("Jan. 5th", "1月5日"), ("Sept 30", "9月30日")]
+    assert dates("March 5, 2024") == [("March 5, 2024", "2024年3月5日")]
+    assert dates("May I pay 5,000 in May?") == []
+    zh = [s for s in find_spans("我们5月2日见。", "zh") if s.kind == "date"]
+    assert [render(s, "en") for s in zh] == ["May 2"]
+
+
+def test_a_month_or_weekday_the_source_lacks_is_caught_like_an_invented_number():
+    """`May 2` came out as 2月21日: the 21 was named, the changed month was not. Months and
+    weekdays are compared by number in both languages; May the verb, a span of months and a
+    source with a numeric date (day or month first?) are not taken for one."""
+    from mtcli.text.dates import invented_dates
+
+    assert invented_dates("May 2", "2月21日") == ["2月"]
+    assert invented_dates("May 2", "5月2日") == []
+    assert invented_dates("The shop is closed on Monday.", "商店周二关门。") == ["周二"]
+    assert invented_dates("See you Friday.", "星期五见。") == []
+    assert invented_dates("我们十二月见。", "See you in November.") == ["November"]
+    assert invented_dates("我们十二月见。", "See you in December.") == []
+    assert invented_dates("我能帮你吗？", "May I help you?") == []
+    assert invented_dates("It takes 3 months.", "需要三个月。") == []
+    assert invented_dates("Due 2024-05-03.", "截止到3月5日。") == []

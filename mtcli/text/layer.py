@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from mtcli.data.placeholders import PER_SENTENCE, span_piece
 from mtcli.text.casing import casing_of, restyle, sentence_case
+from mtcli.text.dates import invented_dates
 from mtcli.text.language_check import LanguageCheck
 from mtcli.text.placeholders import empty_tags, from_placeholders, to_placeholders
 from mtcli.text.render import render
@@ -169,11 +170,13 @@ class TextLayer:
             results[j].confidence = value
 
     def _flagged(self, result, segments: list[Segment]):
-        """`result`, marked and named on stderr when it writes a number its source has not (a
-        span given back as the target writes it counts as the source's: 40 million is 4000万)."""
+        """`result`, marked and named on stderr when it writes a number, a month or a weekday
+        its source has not (a span given back as the target writes it counts as the source's:
+        40 million is 4000万, May 5 is 5月5日)."""
         given = [t for seg in segments for t in (*seg.stand_ins.values(), *seg.pieces.values())]
         source = " ".join([result.source, *given])
-        if result.passthrough or not (made_up := invented_numbers(source, result.text)):
+        made_up = invented_numbers(source, result.text) + invented_dates(source, result.text)
+        if result.passthrough or not made_up:
             return result
         self.warn(
             f"the translation of {_excerpt(result.source)} has {', '.join(made_up)}, which its "

@@ -2,7 +2,8 @@
 fact: an amount with a magnitude word is converted by value (40 million -> 4000万, 3亿 -> 300
 million: a small model wrote 40 million dollars as 40美元), a Chinese price names its currency
 in English (350元 -> 350 yuan: the model wrote 350 dollars), and a date with its month in words
-is written in the target's order (2024年3月5日 -> March 5, 2024; 5 March 2024 -> 2024年3月5日).
+is written in the target's order (2024年3月5日 -> March 5, 2024; 5 March 2024 -> 2024年3月5日;
+May 5 -> 5月5日).
 
 Every other span is copied as written: a numeric date such as 12/05/2024 is ambiguous (day or
 month first), so only the writer's own form keeps its meaning.
@@ -101,13 +102,15 @@ def _date_en(text: str) -> str:
 
 
 def _date_zh(text: str) -> str:
-    m = re.fullmatch(r"(\d{1,2})(?:st|nd|rd|th)? ([A-Za-z]+)\.?,? (\d{4})", text) or re.fullmatch(
-        r"([A-Za-z]+)\.? (\d{1,2})(?:st|nd|rd|th)?,? (\d{4})", text
-    )
+    """5 March 2024, March 5, 2024, May 5 or 5 May as Chinese writes it: 2024年3月5日, 5月5日."""
+    m = re.fullmatch(r"(\d{1,2})(?:st|nd|rd|th)? ([A-Za-z]+)\.?(?:,? (\d{4}))?", text) or re.fullmatch(
+        r"([A-Za-z]+)\.? (\d{1,2})(?:st|nd|rd|th)?(?:,? (\d{4}))?", text
+    )  # fmt: skip
     if not m:
         return text
     parts = m.groups()
     day, month = (parts[0], parts[1]) if parts[0].isdigit() else (parts[1], parts[0])
     if month not in MONTH_NUMBER:
         return text
-    return f"{parts[2]}年{MONTH_NUMBER[month]}月{int(day)}日"
+    year = f"{parts[2]}年" if parts[2] else ""
+    return f"{year}{MONTH_NUMBER[month]}月{int(day)}日"

@@ -64,6 +64,9 @@ PATTERNS = [
             rf"|\b\d{{1,2}}(?:st|nd|rd|th)? (?:{MONTHS})\.?,? \d{{4}}\b"  # 5 March 2024
             rf"|\b(?:{MONTHS})\.? \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}\b"  # March 5, 2024
             r"|(?<!\d)\d{4}年\d{1,2}月\d{1,2}[日号]|(?<!\d)\d{1,2}月\d{1,2}[日号]"  # 2024年3月5日
+            # without a year: May 5, Jan. 5th, 5 May (May and March only beside the day)
+            rf"|\b(?:{MONTHS})\.? \d{{1,2}}(?:st|nd|rd|th)?\b(?![:.,]?\d)"
+            rf"|(?<![\d.,:])\b\d{{1,2}}(?:st|nd|rd|th)? (?:{MONTHS})\b"
         ),
     ),  # fmt: skip
     (

@@ -84,9 +84,9 @@ def idle_cpus() -> int:
     return max(1, min(available, idle))
 
 
-def _others_running(samples: int = 3) -> int:
+def _others_running(samples: int = 2) -> int:
     """Runnable threads of other processes (the kernel's procs_running, less this one's): the
-    least of a few samples 5 ms apart, so a process that only passes by is not counted."""
+    lesser of two samples 2 ms apart, so a process that only passes by is not counted."""
     counts = []
     for i in range(samples):
         try:
@@ -98,7 +98,7 @@ def _others_running(samples: int = 3) -> int:
             return 0
         counts.append(int(line.split()[1]) - 1)  # this process's thread, running to read it
         if i + 1 < samples:
-            time.sleep(0.005)
+            time.sleep(0.002)
     return max(0, min(counts))
 
 

@@ -4,7 +4,6 @@ and languages no model knows (the text layer, mtcli/text/)."""
 from __future__ import annotations
 
 import json
-import random
 import re
 from html.parser import HTMLParser
 
@@ -19,7 +18,7 @@ from mtcli.text.layer import TextLayer
 from mtcli.text.markup import translate_html
 from mtcli.text.render import render
 from mtcli.text.sentences import fit, join_sentences, split_sentences
-from mtcli.text.spans import find_spans, invented_numbers, lost_spans, renumbered
+from mtcli.text.spans import find_spans, invented_numbers, renumbered
 from tests.conftest import REPO, run_mtcli, write_lines
 
 MODELS = REPO / "models"
@@ -145,46 +144,6 @@ def test_numbers_written_wrongly_are_put_right_only_one_to_one():
     assert renumbered("价格是1200美元。", ["42.50"]) == "价格是42.50美元。"
     assert renumbered("3年2021月", ["3", "2020"]) == "3年2020月"  # the right one stays
     assert renumbered("12和13", ["7"]) == "12和13"  # two for one: not guessed
-
-
-def _span_sentences(rng: random.Random, n: int, english: bool) -> list[str]:
-    """Sentences with random numbers, URLs, addresses and placeholders."""
-    en = ["I paid {} dollars.", "Open {} now.", "Write to {} today.", "Hello {}, you have {} messages.",
-          "The train leaves at {}.", "She was born in {}.", "We have {} cats and {} dogs.",
-          "Run {} again."]  # fmt: skip
-    zh = ["我付了{}美元。", "现在打开{}。", "今天写信给{}。", "你好{}，你有{}条消息。", "火车{}出发。",
-          "她生于{}年。", "我们有{}只猫和{}只狗。", "再运行{}。"]  # fmt: skip
-    spans = [
-        lambda: str(rng.randint(0, 99999)),
-        lambda: f"{rng.randint(1, 999)}.{rng.randint(0, 99):02d}",
-        lambda: f"{rng.randint(1, 9)},{rng.randint(100, 999)}",
-        lambda: f"{rng.randint(0, 23)}:{rng.randint(0, 59):02d}",
-        lambda: f"https://example{rng.randint(1, 99)}.com/p/{rng.randint(1, 999)}",
-        lambda: f"user{rng.randint(1, 99)}@mail.example.org",
-        lambda: rng.choice(["%s", "%d", "%1$s", "{name}", "{{count}}", "${user}", "`make test`"]),
-    ]
-    out = []
-    for _ in range(n):
-        template = rng.choice(en if english else zh)
-        out.append(template.format(*(rng.choice(spans)() for _ in range(template.count("{}")))))
-    return out
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("direction", ["en-zh", "zh-en"])
-def test_every_span_is_kept_byte_for_byte(direction, en_zh, zh_en):
-    """100 generated sentences a direction (each of the 8 templates with each of the 7 kinds
-    of span about twice): 100% of their numbers, URLs, addresses and placeholders appear in
-    the translation exactly. Each sentence with a span is decoded alone by constrained beam
-    search, 18x the time of a plain one: 100, not 150, keeps `make test` under 2 minutes."""
-    rng = random.Random(23 if direction == "en-zh" else 24)
-    lines = _span_sentences(rng, 100, english=direction == "en-zh")
-    translator = en_zh if direction == "en-zh" else zh_en
-    results = translator.translate_chunk(lines)
-    src, tgt = direction.split("-")  # each span as the target writes it (350元 -> 350 yuan)
-    lost = [(line, r.text) for line, r in zip(lines, results, strict=True)
-            if lost_spans(r.text, [render(s, tgt) for s in find_spans(line, src)])]  # fmt: skip
-    assert not lost, lost[:5]
 
 
 def test_spans_with_a_glossary_a_prefix_no_repeats_and_greedy():
@@ -430,7 +389,6 @@ def test_a_date_with_a_month_name_travels_whole_and_is_written_the_targets_way()
     """`The meeting is on May 5 at 10:30.` came out as 会议在5 10:30 (May lost): a month name
     with its day, with or without a year, abbreviated or not, is one date span, written as the
     target writes it; May the verb and a month without a day are no date."""
-    from mtcli.text.render import render
 
     def dates(line: str) -> list[tuple[str, str]]:
         return [(s.text, render(s, "zh")) for s in find_spans(line, "en") if s.kind == "date"]

@@ -183,16 +183,24 @@ def translate_command(
     ]
     translator = build_translator(paths, cfg, options)
     with ReportFile(report) as to_read:
-        if document:
-            flagged, lines = translate_file(
-                text[0], document, output_path, translator, cfg.chunk_lines, options.warn, to_read
-            )
-        else:
-            writer = ResultWriter(fmt, trace, min_confidence, unsure_marker, to_read)
-            _translate_lines(translator, text, input_file, cfg, output_path, fmt, prefix, quiet,
-                             options.warn, writer)  # fmt: skip
-            flagged, lines = writer.flagged_sources, writer.lines
+        writer = ResultWriter(fmt, trace, min_confidence, unsure_marker, to_read)
+        flagged, lines = _translate(translator, document, text, input_file, cfg, output_path,
+                                    prefix, quiet, options.warn, writer)  # fmt: skip
     _point_to_a_bigger_model(paths[0], flagged, lines, options.warn)
+
+
+def _translate(
+    translator, document, text, input_file, cfg, output_path, prefix, quiet, warn, writer
+):
+    """The document, else TEXT or the input's lines, translated; returns the sources flagged
+    and how many lines or strings there were."""
+    if document:
+        return translate_file(
+            text[0], document, output_path, translator, cfg.chunk_lines, warn, writer.report
+        )
+    _translate_lines(translator, text, input_file, cfg, output_path, writer.fmt, prefix, quiet,
+                     warn, writer)  # fmt: skip
+    return writer.flagged_sources, writer.lines
 
 
 def _point_to_a_bigger_model(path, flagged: list[str], lines: int, warn) -> None:

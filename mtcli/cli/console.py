@@ -109,11 +109,21 @@ class MtcliGroup(click.Group):
 # --from-lang/--to-lang, translate-shell's -s/-t) and mtcli's name for it; click's own guess
 # spelled --target as --trace and --lang as --align
 OTHER_TOOLS = {
-    "--target": "--to", "--tgt": "--to", "--target-lang": "--to", "--tgt-lang": "--to",
-    "--to-lang": "--to", "--target-language": "--to", "--lang": "--to",
-    "--source": "--from", "--src-lang": "--from", "--source-lang": "--from",
-    "--from-lang": "--from", "--source-language": "--from", "--sl": "--from", "--tl": "--to",
-}  # fmt: skip
+    "--target": "--to",
+    "--tgt": "--to",
+    "--target-lang": "--to",
+    "--tgt-lang": "--to",
+    "--to-lang": "--to",
+    "--target-language": "--to",
+    "--lang": "--to",
+    "--source": "--from",
+    "--src-lang": "--from",
+    "--source-lang": "--from",
+    "--from-lang": "--from",
+    "--source-language": "--from",
+    "--sl": "--from",
+    "--tl": "--to",
+}
 
 
 def _suggest_our_name(e: click.NoSuchOption) -> None:

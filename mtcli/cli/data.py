@@ -68,12 +68,17 @@ def _say_json(manifest: dict, keys: tuple[str, ...]) -> None:
 @click.option("--zh-script", type=click.Choice(["simplified", "keep"]), default="simplified",
               show_default=True)  # fmt: skip
 @click.option("--unicode-form", type=click.Choice(["NFC", "NFKC"]), default="NFC", show_default=True)  # fmt: skip
-@click.option("--test-size", type=click.IntRange(min=0),
-              help="Pairs in test (corpora without official splits).  [default: NAME 2000; "
-              "your corpus 5% of its pairs, at least 100, at most 2000]")  # fmt: skip
-@click.option("--valid-size", type=click.IntRange(min=0),
-              help="Pairs in valid.  [default: NAME 1000; your corpus 5%, at least 100, "
-              "at most 1000]")  # fmt: skip
+@click.option(
+    "--test-size",
+    type=click.IntRange(min=0),
+    help="Pairs in test (corpora without official splits).  [default: NAME 2000; "
+    "your corpus 5% of its pairs, at least 100, at most 2000]",
+)
+@click.option(
+    "--valid-size",
+    type=click.IntRange(min=0),
+    help="Pairs in valid.  [default: NAME 1000; your corpus 5%, at least 100, at most 1000]",
+)
 @click.option("--max-chars", default=1000, show_default=True, type=click.IntRange(min=1),
               help="Your corpus: drop pairs with a side longer than this.")  # fmt: skip
 @click.option("--max-ratio", default=9.0, show_default=True, type=FiniteRange(min=1.0),
@@ -89,11 +94,17 @@ def prepare_command(name, out, src, tgt, tsv, **opts) -> None:
     if inputs:
         _prepare_own(*inputs, out, opts)
         return
-    sizes = {
-        k: opts[f"{k[2:]}_size"] for k in ("n_test", "n_valid") if opts[f"{k[2:]}_size"] is not None
-    }
-    known = PrepareOptions(opts["from_dir"], opts["zh_script"], opts["unicode_form"], seed=opts["seed"],
-                           verify=not opts["no_verify"], force=opts["force"], **sizes)  # fmt: skip
+    asked = {"n_test": opts["test_size"], "n_valid": opts["valid_size"]}
+    sizes = {k: v for k, v in asked.items() if v is not None}  # else the corpus's own sizes
+    known = PrepareOptions(
+        opts["from_dir"],
+        opts["zh_script"],
+        opts["unicode_form"],
+        seed=opts["seed"],
+        verify=not opts["no_verify"],
+        force=opts["force"],
+        **sizes,
+    )
     with Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(),
                   console=console, disable=not console.is_terminal) as bar:  # fmt: skip
         task = bar.add_task("download", total=None)
@@ -112,11 +123,16 @@ def _say_splits(manifest: dict, out: str) -> None:
     counts = manifest["counts"]
     total = sum(counts.values()) or 1
     shares = ", ".join(f"{split} {n:,} ({n / total:.0%})" for split, n in counts.items())
-    console.print(f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json: {shares}",
-                  markup=False, soft_wrap=True)  # fmt: skip
+    console.print(
+        f"wrote {out}/{{train,valid,test}}.{{src,tgt}} and manifest.json: {shares}",
+        markup=False,
+        soft_wrap=True,
+    )
     if counts["train"] < TRAIN_SHARE_WARNED * total:
-        warn(f"only {counts['train'] / total:.0%} of the pairs are left to train on: a smaller "
-             "--valid-size / --test-size keeps more")  # fmt: skip
+        warn(
+            f"only {counts['train'] / total:.0%} of the pairs are left to train on: a smaller "
+            "--valid-size / --test-size keeps more"
+        )
 
 
 def _own_inputs(name, src, tgt, tsv, from_dir) -> tuple[str, str] | None:

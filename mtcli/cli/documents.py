@@ -60,8 +60,10 @@ def translate_file(
             if report.path
             else " (--report FILE lists each)"
         )
-        warn(f"{_strings(len(flagged))} flagged as unreliable (a number or name missing, or low "
-             f"confidence): read them in {output_path}: {shown}{every}")  # fmt: skip
+        warn(
+            f"{_strings(len(flagged))} flagged as unreliable (a number or name missing, or low "
+            f"confidence): read them in {output_path}: {shown}{every}"
+        )
     if outcome.kept:
         warn(f"{outcome.kept} of {_strings(outcome.kept + outcome.translated)} kept as their source: "
              "their translation lost or changed a placeholder or tag")  # fmt: skip

@@ -227,8 +227,10 @@ def _found_validation(cfg: TrainConfig, base: list[Layer]) -> str | None:
     """The line saying that validation uses the files found beside --src, where it does."""
     if not any(isinstance(layer, FoundLayer) for layer in base):
         return None
-    return (f"validation: {cfg.valid_src} and {cfg.valid_tgt}, found beside --src (the split "
-            "`data prepare` wrote; --valid-src/--valid-tgt choose others)")  # fmt: skip
+    return (
+        f"validation: {cfg.valid_src} and {cfg.valid_tgt}, found beside --src (the split "
+        "`data prepare` wrote; --valid-src/--valid-tgt choose others)"
+    )
 
 
 def assemble_config(
@@ -327,9 +329,12 @@ def list_presets(ctx, param, value) -> None:
 @click.option("--precision", type=click.Choice(["fp32", "bf16"]), help="[default: fp32]")
 @click.option("--lr-factor", type=float, help="Scale of the warm-up schedule.  [default: 2.0]")
 @click.option("--warmup", type=int, help="Warm-up steps.  [default: 4000]")
-@click.option("--warmup-share", type=float,
-              help="With --max-time: the warm-up is this share of the steps the budget allows, "
-              "from the first 20 steps' rate.  [default: 0 (off); --preset quick: 0.3]")  # fmt: skip
+@click.option(
+    "--warmup-share",
+    type=float,
+    help="With --max-time: the warm-up is this share of the steps the budget allows, "
+    "from the first 20 steps' rate.  [default: 0 (off); --preset quick: 0.3]",
+)
 @click.option("--label-smoothing", type=float, help="[default: 0.1]")
 @click.option("--bpe-dropout", type=float, help="BPE-dropout on training text (0 = off).")
 @click.option(

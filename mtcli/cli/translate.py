@@ -138,10 +138,11 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 )  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
 @click.option(
-    "--report", type=click.Path(dir_okay=False),
+    "--report",
+    type=click.Path(dir_okay=False),
     help="Write every line (or document string) to read with care to FILE, as JSON lines: "
     "its number, source, translation, confidence and why.",
-)  # fmt: skip
+)
 @click.option("--file-format",
               help="FILE's format: txt srt vtt json po md html docx.  [default: its extension]")  # fmt: skip
 @decode_options
@@ -184,8 +185,18 @@ def translate_command(
     translator = build_translator(paths, cfg, options)
     with ReportFile(report) as to_read:
         writer = ResultWriter(fmt, trace, min_confidence, unsure_marker, to_read)
-        flagged, lines = _translate(translator, document, text, input_file, cfg, output_path,
-                                    prefix, quiet, options.warn, writer)  # fmt: skip
+        flagged, lines = _translate(
+            translator,
+            document,
+            text,
+            input_file,
+            cfg,
+            output_path,
+            prefix,
+            quiet,
+            options.warn,
+            writer,
+        )
     _point_to_a_bigger_model(paths[0], flagged, lines, options.warn)
 
 
@@ -198,8 +209,9 @@ def _translate(
         return translate_file(
             text[0], document, output_path, translator, cfg.chunk_lines, warn, writer.report
         )
-    _translate_lines(translator, text, input_file, cfg, output_path, writer.fmt, prefix, quiet,
-                     warn, writer)  # fmt: skip
+    _translate_lines(
+        translator, text, input_file, cfg, output_path, writer.fmt, prefix, quiet, warn, writer
+    )
     return writer.flagged_sources, writer.lines
 
 
@@ -277,8 +289,10 @@ class ResultWriter:
         more = ", ..." if n > FLAGGED_NAMED else ""
         named = f"{'line' if n == 1 else 'lines'} {numbers}{more}"
         every = f"--report {self.report.path} lists" if self.report.path else "--report FILE lists"
-        return (f"{n} of {self.lines} lines flagged as unreliable ({named}); "
-                f"{WHERE_CONFIDENCE[self.fmt]}; {every} each with why")  # fmt: skip
+        return (
+            f"{n} of {self.lines} lines flagged as unreliable ({named}); "
+            f"{WHERE_CONFIDENCE[self.fmt]}; {every} each with why"
+        )
 
 
 FLAGGED_NAMED = 10  # the flagged lines a summary names by number; more are only counted

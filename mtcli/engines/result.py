@@ -89,11 +89,20 @@ def report_records(t: Translation, number: int, unit: str, source: str | None = 
         return []
     confidence = None if t.confidence is None else round(t.confidence, 4)
     if t.flagged_parts:  # a whole HTML document: its blocks, whose translations are not apart
-        return [{unit: number, "block": part, "confidence": confidence, "why": reasons}
-                for part in t.flagged_parts]  # fmt: skip
+        return [
+            {unit: number, "block": part, "confidence": confidence, "why": reasons}
+            for part in t.flagged_parts
+        ]
     source = t.source if source is None else source
-    return [{unit: number, "source": source, "translation": t.text, "confidence": confidence,
-             "why": reasons}]  # fmt: skip
+    return [
+        {
+            unit: number,
+            "source": source,
+            "translation": t.text,
+            "confidence": confidence,
+            "why": reasons,
+        }
+    ]
 
 
 def translation_record(t: Translation, *, alignment: bool = True, attention: bool = False) -> dict:

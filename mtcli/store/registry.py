@@ -205,6 +205,8 @@ def bigger_model_hint(path: Path | None, language: str, flagged: int, lines: int
         return None
     pair = f"{info.src_lang}->{info.tgt_lang}"
     repo = PUBLISHED.format(src=info.src_lang, tgt=info.tgt_lang)
-    return (f"{flagged} of {lines} lines flagged: {info.name} is small and knows short everyday "
-            f"sentences; for text like yours, `mtcli models pull {repo}` gets a published "
-            f"{pair} model (it needs the network), then -m {repo.split('/')[1]}")  # fmt: skip
+    return (
+        f"{flagged} of {lines} lines flagged: {info.name} is small and knows short everyday "
+        f"sentences; for text like yours, `mtcli models pull {repo}` gets a published "
+        f"{pair} model (it needs the network), then -m {repo.split('/')[1]}"
+    )

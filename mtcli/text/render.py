@@ -103,9 +103,9 @@ def _date_en(text: str) -> str:
 
 def _date_zh(text: str) -> str:
     """5 March 2024, March 5, 2024, May 5 or 5 May as Chinese writes it: 2024年3月5日, 5月5日."""
-    m = re.fullmatch(r"(\d{1,2})(?:st|nd|rd|th)? ([A-Za-z]+)\.?(?:,? (\d{4}))?", text) or re.fullmatch(
-        r"([A-Za-z]+)\.? (\d{1,2})(?:st|nd|rd|th)?(?:,? (\d{4}))?", text
-    )  # fmt: skip
+    m = re.fullmatch(
+        r"(\d{1,2})(?:st|nd|rd|th)? ([A-Za-z]+)\.?(?:,? (\d{4}))?", text
+    ) or re.fullmatch(r"([A-Za-z]+)\.? (\d{1,2})(?:st|nd|rd|th)?(?:,? (\d{4}))?", text)
     if not m:
         return text
     parts = m.groups()

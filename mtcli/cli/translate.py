@@ -185,26 +185,16 @@ def translate_command(
     translator = build_translator(paths, cfg, options)
     with ReportFile(report) as to_read:
         writer = ResultWriter(fmt, trace, min_confidence, unsure_marker, to_read)
-        flagged, lines = _translate(
-            translator,
-            document,
-            text,
-            input_file,
-            cfg,
-            output_path,
-            prefix,
-            quiet,
-            options.warn,
-            writer,
-        )
+        where = (document, text, input_file, output_path, prefix, quiet)
+        flagged, lines = _translate(translator, cfg, where, options.warn, writer)
     _point_to_a_bigger_model(paths[0], flagged, lines, options.warn)
 
 
-def _translate(
-    translator, document, text, input_file, cfg, output_path, prefix, quiet, warn, writer
-):
-    """The document, else TEXT or the input's lines, translated; returns the sources flagged
-    and how many lines or strings there were."""
+def _translate(translator, cfg, where: tuple, warn, writer: ResultWriter):
+    """The document, else TEXT or the input's lines (`where`: the document's format, TEXT, the
+    input, -o, --prefix, --quiet), translated; returns the sources flagged and how many lines
+    or strings there were."""
+    document, text, input_file, output_path, prefix, quiet = where
     if document:
         return translate_file(
             text[0], document, output_path, translator, cfg.chunk_lines, warn, writer.report

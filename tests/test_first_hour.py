@@ -202,6 +202,8 @@ def test_report_lists_every_line_to_read_with_why(tmp_path):
         "translate", "-i", str(src), "-o", str(tmp_path / "o"), "--report", str(tmp_path / "o")
     )
     assert same.exit_code == 2 and "is the --output file" in same.output
+    dash = invoke("translate", "-i", str(src), "--report", "-")
+    assert dash.exit_code == 2 and "stdout carries the translations" in dash.output
     srt = tmp_path / "a.srt"
     srt.write_text(
         f"1\n00:00:01,000 --> 00:00:02,000\n{lines[2]}\n\n2\n00:00:03,000 --> 00:00:04,000\n{lines[1]}\n"

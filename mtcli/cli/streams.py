@@ -98,7 +98,9 @@ def _same_file(path: Path, stream) -> bool:
 
 
 def check_report_file(path: str | None, output_path: str, force: bool, reading=None) -> None:
-    """--report FILE: a file of its own, checked as any output is."""
+    """--report FILE: a file of its own, checked as any output is (stdout carries results)."""
+    if path == "-":
+        raise UserError("--report -: stdout carries the translations; give the report a file")
     if path and output_path != "-" and Path(path).resolve() == Path(output_path).resolve():
         raise UserError(f"--report {path}: is the --output file; give the report its own")
     check_output_file(path, "--report", force, reading)

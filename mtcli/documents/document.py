@@ -17,9 +17,10 @@ from mtcli.errors import UserError
 MAX_BYTES = 64 << 20  # a document bigger than this is not one to translate in one go
 
 
-# one word ending in an extension of letters and digits ("shot.png", "report.docx"): a name,
-# where "Version 2.0 is out." (spaces) and "2.0" (no letter after the dot) are text
-FILE_NAME = re.compile(r"[^\s]+\.[A-Za-z0-9]*[A-Za-z][A-Za-z0-9]*")
+# a word's ending as a file extension: up to 10 letters and digits after its last dot, one of them
+# a letter ("shot.png", "report.docx"; "2.0" and "Hello." are no extension). Bounded, so a
+# megabyte-long word is checked in linear time
+EXTENSION = re.compile(r"[^.\s]\.([A-Za-z0-9]{1,10})$")
 READS = " ".join(FORMATS)  # the extensions named where a file is not one mtcli reads
 
 
@@ -32,7 +33,9 @@ def names_a_file(text: str, output_path: str | None = None) -> bool:
     separator = "/" in text or os.sep in text
     # out.txt is where lines go too; out.srt or out.docx is only ever a document
     writes_document = Path(output_path or "-").suffix.lower() in set(FORMATS) - {".txt"}
-    return one_word and (separator or bool(FILE_NAME.fullmatch(text)) or writes_document)
+    extension = EXTENSION.search(text)
+    named = bool(extension) and any(c.isalpha() for c in extension.group(1))
+    return one_word and (separator or named or writes_document)
 
 
 def document_format(path: str | Path, asked: str | None = None) -> str:

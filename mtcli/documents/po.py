@@ -6,6 +6,7 @@ translated before kept. A translation that lost a printf or brace placeholder is
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from mtcli.documents.segments import (
@@ -49,7 +50,8 @@ def _spliced(text: str, catalogue, filled: list) -> str:
     starts = sorted(e.linenum - 1 for e in [*catalogue, *catalogue.obsolete_entries()])
     for entry in sorted(filled, key=lambda e: e.linenum, reverse=True):
         start = entry.linenum - 1
-        end = next((s for s in starts if s > start), len(lines))
+        following = bisect.bisect_right(starts, start)  # the next entry's first line
+        end = starts[following] if following < len(starts) else len(lines)
         end = next((i for i in range(start, end) if not lines[i].strip()), end)
         lines[start:end] = str(entry).rstrip("\n").split("\n")
     return nl.join(lines)

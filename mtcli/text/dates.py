@@ -51,7 +51,9 @@ def _months(text: str) -> list[tuple[int, str]]:
 
 
 def _beside_a_number(text: str, m: re.Match) -> bool:
-    return bool(re.search(r"\d\s*$", text[: m.start()]) or re.match(r"\s*\d", text[m.end() :]))
+    """Whether a digit stands right before or after the match (a few spaces apart at most)."""
+    before, after = text[max(0, m.start() - 4) : m.start()], text[m.end() : m.end() + 4]
+    return bool(re.search(r"\d\s*$", before) or re.match(r"\s*\d", after))
 
 
 def _zh_month_number(written: str) -> int:

@@ -114,6 +114,21 @@ def distill_rows() -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def own_corpus_rows() -> list[tuple[str, str, str, str]]:
+    """bench/own_corpus.py: the README's routes from the same raw files, test BLEU and chrF."""
+    path = RESULTS / "own_corpus.json"
+    if not path.is_file():
+        return []
+    rows = []
+    for r in json.loads(path.read_text()):
+        busy = ", a core busy" if r["busy"] else ""
+        setting = f"{r['corpus']} {r['pairs']:,} pairs, {r['minutes']:g} min{busy}: {r['route']}"
+        rows.append(
+            ("own corpus", setting, "test BLEU | chrF", f"{r['bleu']:.2f} | {r['chrf']:.2f}")
+        )
+    return rows
+
+
 def table() -> str:
     rows = [("benchmark", "setting", "figure", "value")]
     if t := _load("train"):
@@ -208,6 +223,7 @@ def table() -> str:
     rows += distill_rows()
     rows += document_rows()
     rows += thread_rows()
+    rows += own_corpus_rows()
     if sv := _load("serve"):
         for name, r in sv["results"].items():
             value = (
@@ -288,7 +304,7 @@ def main() -> None:
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
     ap.add_argument(
         "--only",
-        default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,threads",
+        default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,threads,own",
     )
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
@@ -320,6 +336,10 @@ def main() -> None:
             _run("documents.py")
         if "threads" in only:  # the default thread count idle and beside a CPU-bound process
             _run("threads.py")
+        if (
+            "own" in only
+        ):  # `train --max-time 2` alone on 2,000 raw pairs (the full table: NOTES.md)
+            _run("own_corpus.py", "--short")
     print(table())
 
 

@@ -118,6 +118,9 @@ class TrainConfig:
     data: str = ""
     valid_src: str = ""  # validation source; empty = no validation
     valid_tgt: str = ""
+    # without valid_src: pairs of src/tgt held out to validate on (OUT/heldout, split by
+    # source sentence; training/held_out.py); 0 = none. `mtcli train` sizes it to the corpus
+    valid_size: int = 0
     tokenizer: str = ""  # tokenizer directory; empty = train one into OUT/tokenizer
     init: str = ""  # model directory whose weights, shape and tokenizer start this run
     vocab_size: int = 8000  # used only when a tokenizer is trained on the fly
@@ -346,6 +349,7 @@ LIMITS: dict[type, dict[str, Limit]] = {
     },
     TrainConfig: {
         "vocab_size": Limit(low=8),
+        "valid_size": AT_LEAST_0,
         "max_tokens": AT_LEAST_1,
         "accum": AT_LEAST_1,
         "max_steps": AT_LEAST_0,

@@ -81,9 +81,11 @@ def test_checkpoint_layout(copy_model_dir):
     assert names == [
         ".lock",
         "best",
+        "curve.png",
         "data",
         "last",
         "metrics.jsonl",
+        "model",  # the mean of the last checkpoints or best, whichever validates better
         "step-100",
         "step-150",
         "step-200",

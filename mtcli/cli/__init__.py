@@ -25,6 +25,7 @@ COMMANDS = {
     "models": "mtcli.cli.models:models_command",
     "distill": "mtcli.cli.distill:distill_command",
     "serve": "mtcli.cli.serve:serve_command",
+    "runs": "mtcli.cli.runs:runs_group",
 }
 
 HELP = """Neural machine translation from the command line.

@@ -6,6 +6,7 @@ run being continued recorded (or the --init model's shape), then --config, then 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -14,6 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from mtcli.cli.console import console
 from mtcli.config import TrainConfig
 from mtcli.device import import_torch, limit_kernel_caches
+from mtcli.errors import UserError
 from mtcli.settings import Layer, build_from_layers, toml_layer
 from mtcli.training.reports import Message, Report, StepReport, ValidReport
 
@@ -24,7 +26,9 @@ FLAGS = {
     "data": "data",
     "valid_src": "valid_src",
     "valid_tgt": "valid_tgt",
+    "valid_size": "valid_size",
     "tokenizer": "tokenizer",
+    "vocab_size": "vocab_size",
     "init": "init",
     "out": "out",
     "max_tokens": "max_tokens",
@@ -86,6 +90,7 @@ class ProgressReporter:
             transient=False,
         )
         self.task = None
+        self.best_bleu: float | None = None  # shown beside the progress once there is one
 
     def __enter__(self) -> ProgressReporter:
         if self.live:
@@ -105,6 +110,8 @@ class ProgressReporter:
                 f"epoch {report.epoch} step {report.step} loss {report.loss:.3f} ppl {report.ppl:.1f} "
                 f"lr {report.lr:.2e} {report.tokens_per_s:,.0f} tgt tok/s"
             )
+            if self.best_bleu is not None:
+                stats += f" best BLEU {self.best_bleu:.2f}"
             if self.live:
                 self.progress.update(self.task, completed=report.fraction or 0.0, stats=stats)
             else:
@@ -113,6 +120,8 @@ class ProgressReporter:
                     eta = f" eta {clock(report.elapsed * (1 / report.fraction - 1))}"
                 console.print(f"{stats} elapsed {report.elapsed:.0f}s{eta}", soft_wrap=True)
         elif isinstance(report, ValidReport):
+            if report.bleu is not None and report.is_best:
+                self.best_bleu = report.bleu
             bleu = f" BLEU {report.bleu:.2f}" if report.bleu is not None else ""
             mark = " [green]new best[/]" if report.is_best else ""
             console.print(
@@ -204,7 +213,28 @@ def settings_layers(
         base.append(store_layer(first.data))
     if not first.valid_src and not any(layer.values.get("valid_src") for layer in base):
         base += prepared_validation_layer(first.src, first.tgt)
+    if checkpoint is None and not any(layer.values.get("valid_src") for layer in base):
+        base += held_out_layer(first)
     return base, requested
+
+
+def held_out_layer(first: TrainConfig) -> list[Layer]:
+    """A new run on --src/--tgt with no validation set: valid_size, the pairs it holds out
+    (data prepare's share of the corpus; none of a corpus too small to spare them)."""
+    from mtcli.data.own_corpus import held_out_sizes
+    from mtcli.data.parallel_text import check_parallel
+    from mtcli.training.auto import SMALLEST_CORPUS
+
+    if first.valid_src or not (first.src and first.tgt) or first.data:
+        return []
+    try:
+        pairs = check_parallel(first.src, first.tgt)
+    except UserError:  # said by check_inputs, in its order (--out first)
+        return []
+    if pairs < SMALLEST_CORPUS:
+        return []
+    size = held_out_sizes(pairs, None, None)[1]
+    return [Layer({"valid_size": size}, lambda k, v: f"--valid-size {v} (5% of the pairs)")]
 
 
 def prepared_validation_layer(src: str, tgt: str) -> list[Layer]:
@@ -225,7 +255,7 @@ class FoundLayer(Layer):
 
 def _found_validation(cfg: TrainConfig, base: list[Layer]) -> str | None:
     """The line saying that validation uses the files found beside --src, where it does."""
-    if not any(isinstance(layer, FoundLayer) for layer in base):
+    if not any(isinstance(layer, FoundLayer) and "valid_src" in layer.values for layer in base):
         return None
     return (
         f"validation: {cfg.valid_src} and {cfg.valid_tgt}, found beside --src (the split "
@@ -299,7 +329,14 @@ def list_presets(ctx, param, value) -> None:
 @click.option("--data", help="A token store of `mtcli data binarize` (instead of --src/--tgt).")
 @click.option("--valid-src", help="Validation source text.")
 @click.option("--valid-tgt", help="Validation target text.")
+@click.option(
+    "--valid-size",
+    type=int,
+    help="Without --valid-src: pairs held out of --src/--tgt to validate on (0 = none).  "
+    "[default: 5% of the pairs, 100 to 1,000]",
+)
 @click.option("--tokenizer", help="Tokenizer directory (default: train one into OUT/tokenizer).")
+@click.option("--vocab-size", type=int, help="Pieces of the tokenizer trained into OUT/tokenizer.")
 @click.option("--init", help="Start from this model's weights, shape and tokenizer (fine-tuning).")
 @click.option("--out", help="Output directory for checkpoints.  [default: runs/model]")
 @click.option("--resume", type=click.Path(), help="Continue from this checkpoint (default: OUT's newest).")  # fmt: skip
@@ -389,18 +426,51 @@ def train_command(preset, config_path, resume, restart, force, **flags) -> None:
     notes = [n for n in (note, _found_validation(cfg, base)) if n]
     limit_kernel_caches()  # bf16 matmuls are oneDNN's: its caches grew without bound
     import_torch()  # only once the settings and inputs are known to be good
+    told = bool(preset or config_path)
+    cfg, choices = planned_for_corpus(cfg, base, requested, told, resume, restart)
     from mtcli.training.loop import train
 
     with ProgressReporter() as reporter:
         result = train(
             cfg, reporter, resume=resume, restart=restart, force=force, inputs_checked=True,
-            notes=tuple(notes),
+            notes=tuple(notes), choices=tuple(choices),
         )  # fmt: skip
     console.print(_summary(result), soft_wrap=True, markup=False)
+
+
+def planned_for_corpus(cfg: TrainConfig, base, requested, told: bool, resume, restart: bool):
+    """`cfg` with the settings chosen for its corpus and budget where the run plans itself
+    (training/plan.py), each choice said with its reason; and the choices."""
+    from mtcli.training.plan import planned, plans_itself
+    from mtcli.training.run_dir import resume_point
+
+    continues = resume_point(cfg.out, resume, restart) is not None
+    if not plans_itself(cfg, told, continues):
+        return cfg, []
+    from mtcli.device import pick_device
+
+    say = _on_first_rank(lambda text: console.print(text, soft_wrap=True, markup=False))
+    chosen, choices = planned(cfg, base, requested, pick_device(cfg.device), say)
+    for choice in choices:
+        say(f"chosen: {choice.what}: {choice.why}")
+    if choices:
+        say("(any flag still sets its part; --preset or --config choose everything yourself)")
+    return chosen, choices
+
+
+def _on_first_rank(say):
+    """`say` on the first process of a torchrun group (all of them would say the same)."""
+    return say if os.environ.get("RANK", "0") == "0" else (lambda text: None)
 
 
 def _summary(result) -> str:
     best = "no validation"
     if result.best is not None:
         best = f"best validation BLEU {result.best[0]:.2f}, loss {-result.best[1]:.3f}"
-    return f"done at step {result.step}; {best}; checkpoints in {result.out}"
+    done = f"done at step {result.step}; {best}; checkpoints in {result.out}"
+    if result.final is None:
+        return done
+    return (
+        f'{done}\nnext: mtcli translate -m {result.out} "A sentence."  (or -i FILE); '
+        f"mtcli runs show {result.out}"
+    )

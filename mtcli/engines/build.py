@@ -295,7 +295,8 @@ def _best_of_run(path: Path, option: str, warn) -> Path:
 
     if (best := best_in_run(path)) is None:
         return path
-    warn(f"{option} {path} is a training run: using {best}, its best validation checkpoint")
+    what = "the model it ended with" if best.name == "model" else "its best validation checkpoint"
+    warn(f"{option} {path} is a training run: using {best}, {what}")
     return best
 
 

@@ -68,17 +68,21 @@ def read_config(path: str | Path) -> dict:
 
 
 def best_in_run(path: str | Path) -> Path | None:
-    """OUT/best of a training run's folder `path` (one that is not a model itself), else None:
-    what -m OUT means."""
+    """The model a training run's folder `path` (one that is not a model itself) stands for:
+    OUT/model, the one the run ended with, else OUT/best; None otherwise. What -m OUT means."""
     path = Path(path)
-    best = path / "best"
-    is_run = not (path / CONFIG_FILE).is_file() and (best / CONFIG_FILE).is_file()
-    return best if is_run else None
+    if (path / CONFIG_FILE).is_file():
+        return None
+    for name in ("model", "best"):
+        if (path / name / CONFIG_FILE).is_file():
+            return path / name
+    return None
 
 
 def _models_inside(path: Path) -> str:
     """A training run's folder holds its models one level down: name them (best first)."""
-    inside = [path / name for name in ("best", "last") if (path / name / CONFIG_FILE).is_file()]
+    names = ("model", "best", "last")
+    inside = [path / name for name in names if (path / name / CONFIG_FILE).is_file()]
     steps = sorted(path.glob("step-*/" + CONFIG_FILE), key=lambda p: _step_number(p.parent.name))
     inside += [p.parent for p in steps[-1:]]
     if not inside:

@@ -45,10 +45,13 @@ from mtcli.training.checks import (
     warmup_outlasts_budget,
     with_languages,
 )
+from mtcli.training.curve import read_curve, write_curve_png
 from mtcli.training.distributed import ProcessGroup, rng_state, set_rng_state, start_process_group
+from mtcli.training.final_model import describe_final, score_test, test_beside, write_final_model
+from mtcli.training.held_out import with_held_out
 from mtcli.training.pipeline import epoch_resplit, make_augmenter
-from mtcli.training.reports import Message, Report, StepReport, TrainResult, ValidReport
-from mtcli.training.run_dir import RunDir
+from mtcli.training.reports import FinalModel, Message, Report, StepReport, TrainResult, ValidReport
+from mtcli.training.run_dir import CURVE, METRICS, RunDir
 from mtcli.training.start import begin_run, load_pairs, load_training_set, resumed_config
 from mtcli.training.validation import Validator, smoothed_loss
 
@@ -167,13 +170,15 @@ def train(
     force: bool = False,
     inputs_checked: bool = False,
     notes: tuple[str, ...] = (),
+    choices: tuple = (),
 ) -> TrainResult:
     """Train as `cfg` says; return where it stopped. Raises Interrupted on a signal.
 
     Continues from `resume`, else from the newest checkpoint in OUT, unless `restart`.
     `inputs_checked`: the caller ran checks.check_inputs on `cfg` already (the CLI does, before
     it imports torch), so the files are not read twice. `notes`: lines said once the run has
-    begun, beside its settings (where the CLI found the languages).
+    begun, beside its settings (where the CLI found the languages). `choices`: the settings
+    chosen for the corpus and budget (training/plan.py), kept in OUT/choices.json.
     """
     device = pick_device(cfg.device)
     if device.type == "cpu":
@@ -189,9 +194,11 @@ def train(
     if cfg.init:
         check_model_dir(cfg.init)  # its tensor shapes too, the one check that needs torch
     group = start_process_group(device)
+    if group.world > 1:  # rank 0's settings everywhere: its automatic choices timed its own steps
+        cfg = group.gather(cfg)[0]
     run = RunDir.open(cfg.out, writer=group.is_main, force=force)
     try:
-        return _train(cfg, report, resume, restart, group, run, notes)
+        return _train(cfg, report, resume, restart, group, run, notes, choices)
     finally:
         run.close()
         group.stop()
@@ -199,10 +206,13 @@ def train(
 
 def _train(
     cfg: TrainConfig, report, resume: str | None, restart: bool, group: ProcessGroup, run: RunDir,
-    notes: tuple[str, ...] = (),
+    notes: tuple[str, ...] = (), choices: tuple = (),
 ) -> TrainResult:  # fmt: skip
     say = report if group.is_main else (lambda r: None)
+    cfg = _with_held_out(cfg, group, run, say)
     trainer, train_set, checkpoint = _set_up(cfg, say, resume, restart, group, run, notes)
+    if choices and checkpoint is None and group.is_main:
+        run.write_choices(choices)
     if spent := _budget_spent(cfg, trainer.pos, bad_valids=0):
         say(Message(f"nothing to do: {checkpoint} is at step {trainer.pos.step}, and {spent}"))
         return trainer.result
@@ -225,7 +235,34 @@ def _train(
         if not ended:  # max_epochs reached
             trainer.after_step(epochs_done=True)
         group.barrier()
-    return trainer.finish()
+    result = trainer.finish()
+    if group.is_main:
+        result.final = _end_with_model(trainer)
+    return result
+
+
+def _with_held_out(cfg: TrainConfig, group: ProcessGroup, run: RunDir, say) -> TrainConfig:
+    """`cfg` on OUT/heldout's split where it asks for one (rank 0 writes it, the others read)."""
+    if group.is_main:
+        cfg = with_held_out(cfg, run.path, lambda text: say(Message(text)))
+    group.barrier()
+    return cfg if group.is_main else with_held_out(cfg, run.path)
+
+
+def _end_with_model(trainer: Trainer) -> FinalModel | None:
+    """OUT/curve.png, and OUT/model, said with its scores: validation, and the test split
+    where there is one."""
+    cfg, out = trainer.cfg, trainer.run.path
+    if not write_curve_png(read_curve(out / METRICS), out / CURVE):
+        trainer.say(Message(f"{out / CURVE} needs matplotlib: pip install 'mtcli[plot]'"))
+    final = write_final_model(out, trainer.validator, trainer.model)
+    if final is None:
+        return None
+    if split := test_beside(cfg.src, cfg.tgt):
+        trainer.say(Message(f"translating {split[0]} with {final.path} to score it"))
+        score_test(final, split, cfg.tgt_lang, trainer.group.device)
+    trainer.say(Message(describe_final(final)))
+    return final
 
 
 def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: RunDir, notes=()):

@@ -53,8 +53,20 @@ def as_record(report: StepReport | ValidReport) -> dict:
 
 
 @dataclass
+class FinalModel:
+    """OUT/model, the model a run ends with (training/final_model.py)."""
+
+    path: Path
+    made_of: str  # "the mean of step-800 ... step-1600" or "best (step 1400)"
+    valid_bleu: float | None
+    other: str  # the candidate not chosen and its BLEU ("" when there was one candidate)
+    test: dict | None = None  # {"BLEU": 31.2, "chrF2": 55.0, "lines": 250, "from": ".../test"}
+
+
+@dataclass
 class TrainResult:
     step: int
     best: list[float] | None  # best validation [BLEU, -loss] (BLEU 0 when it is off)
     losses: list[float] = field(default_factory=list)  # one per optimizer step of this run
     out: Path = Path()
+    final: FinalModel | None = None

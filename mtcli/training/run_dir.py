@@ -32,7 +32,10 @@ from mtcli.training.reports import StepReport, ValidReport, as_record
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 METRICS, LOCK = "metrics.jsonl", ".lock"
-OWN = ("last", "best", "tokenizer", "data", METRICS)  # with step-N: what mtcli writes into OUT
+CHOICES, CURVE = "choices.json", "curve.png"  # what train chose for the corpus; its curve
+# with step-N: what mtcli writes into OUT (model: the one the run ends with; heldout: the
+# split it validates on when it was given no validation set)
+OWN = ("last", "best", "tokenizer", "data", METRICS, "model", "heldout", CHOICES, CURVE)
 
 try:
     import fcntl
@@ -135,21 +138,47 @@ def check_own_names(out: Path) -> None:
     a run replaces checkpoints and --restart removes them, so a folder of the user's called
     best or last (or step-3, or tokenizer) would go with them. --restart --force deleted one."""
     for path in sorted(out.iterdir()):
-        if path.name in ("last", "best") or STEP_DIR.match(path.name):
-            ours = is_own_dir(path, "model")
-        elif path.name == "tokenizer":
-            ours = is_own_dir(path, "tokenizer")
-        elif path.name == "data":
-            ours = is_own_dir(path, "tokens")
-        elif path.name == METRICS:
-            ours = _is_metrics_log(path)
-        else:
-            continue
-        if not ours:
+        ours = _is_own(path)
+        if ours is False:
+            kind = "directory" if path.is_dir() else "file"
             raise UserError(
-                f"--out {out}: {path.name} is not an mtcli {'file' if path.name == METRICS else 'directory'}, "
+                f"--out {out}: {path.name} is not an mtcli {kind}, "
                 "and a run would replace or remove it; move it, or choose another --out"
             )
+
+
+DIR_KINDS = {
+    "last": "model",
+    "best": "model",
+    "model": "model",
+    "tokenizer": "tokenizer",
+    "data": "tokens",
+    "heldout": "corpus",
+}
+
+
+def _is_own(path: Path) -> bool | None:
+    """Whether `path`, under one of mtcli's names in OUT, holds what mtcli writes there (None:
+    not one of its names)."""
+    if STEP_DIR.match(path.name):
+        return is_own_dir(path, "model")
+    if path.name in DIR_KINDS:
+        return is_own_dir(path, DIR_KINDS[path.name])
+    if path.name == METRICS:
+        return _is_metrics_log(path)
+    if path.name == CHOICES:
+        return _json_has_key(path, "choices")
+    if path.name == CURVE:
+        return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return None
+
+
+def _json_has_key(path: Path, key: str) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and key in data
 
 
 def _is_metrics_log(path: Path) -> bool:
@@ -224,6 +253,12 @@ class RunDir:
                 continue
             removed.append(name)
         return removed
+
+    def write_choices(self, choices) -> None:
+        """OUT/choices.json: the settings chosen for the corpus and budget, with their reasons."""
+        records = [{"what": c.what, "why": c.why, "values": c.values} for c in choices]
+        text = json.dumps({"choices": records}, indent=2, ensure_ascii=False) + "\n"
+        write_file_atomic(self.path / CHOICES, text.encode("utf-8"))
 
     # ------------------------------------------------------------ checkpoints
     def checkpoint(self, fill: Callable[[Path], None], names: list[str], *, keep: int, step: int):

@@ -214,7 +214,8 @@ def begin_run(
     checkpoint = resume_point(run.path, resume, restart)
     # OUT/tokenizer is the run's own, retrained when it is gone, unless --tokenizer names it
     # OUT/data is kept too: its key says whether it still fits this run's corpus and tokenizer
-    keep = ("tokenizer", "data") if cfg.tokenizer else ("data",)
+    # OUT/heldout too: keyed like OUT/data, it was made (or checked) for this very run
+    keep = ("tokenizer", "data", "heldout") if cfg.tokenizer else ("data", "heldout")
     if restart and group.is_main and (removed := run.clear(keep)):
         say(Message(f"--restart: removed {', '.join(removed)} from {run.path}"))
     group.barrier()

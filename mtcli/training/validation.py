@@ -99,17 +99,7 @@ class Validator:
 
     def __call__(self, step: int) -> ValidReport:
         """Validate now; the report says whether this is the best model so far."""
-        loss = validate_loss(self.model, self.corpus, self.max_tokens, self.device, self.autocast)
-        score = None
-        if self.sources:
-            score = validate_bleu(
-                self.model,
-                self.tokenizer,
-                self.sources,
-                self.references,
-                self.tgt_lang,
-                self.device,
-            )
+        loss, score = self.score()
         # BLEU first; the loss breaks ties (BLEU saturates on easy sets long before the loss does)
         metric = [score if score is not None else 0.0, -loss]
         improved = self.best is None or metric > list(self.best)
@@ -117,3 +107,13 @@ class Validator:
         report = ValidReport(step, loss, score, improved)
         self.say(report)
         return report
+
+    def score(self) -> tuple[float, float | None]:
+        """(loss, BLEU) of the model as it is now; BLEU None when no lines are translated."""
+        loss = validate_loss(self.model, self.corpus, self.max_tokens, self.device, self.autocast)
+        if not self.sources:
+            return loss, None
+        bleu = validate_bleu(
+            self.model, self.tokenizer, self.sources, self.references, self.tgt_lang, self.device
+        )
+        return loss, bleu

@@ -274,12 +274,13 @@ def is_own_dir(path: Path, kind: str) -> bool:
     marker, names = KINDS[kind]
     if not (path / marker).is_file():
         return False
-    if kind in ("model", "huggingface") and not _json_has(path / marker, "mtcli_version"):
+    if kind in ("model", "huggingface") and not json_has(path / marker, "mtcli_version"):
         return False
     return all(names.match(p.name) for p in path.iterdir())
 
 
-def _json_has(path: Path, key: str) -> bool:
+def json_has(path: Path, key: str) -> bool:
+    """Whether `path` is a JSON object holding `key` (False for anything unreadable)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

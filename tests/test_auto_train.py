@@ -196,19 +196,16 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
+def train_on(src: Path, tgt: Path, out: Path, *flags: str):
+    """`mtcli train --src SRC --tgt TGT --out OUT FLAGS`, in-process; errors as exit codes."""
+    args = ["train", "--src", str(src), "--tgt", str(tgt), "--out", str(out), *flags]
+    return CliRunner().invoke(main, args)
+
+
 def test_a_run_on_raw_files_plans_itself_and_ends_with_the_model_to_use(tmp_path, fake_rates):
     src, tgt = corpus(tmp_path, 600)
     out = tmp_path / "run"
-    base = [
-        "train",
-        "--src",
-        str(src),
-        "--tgt",
-        str(tgt),
-        "--out",
-        str(out),
-    ]
-    result = invoke(*base, "--max-time", "0.2", "--max-steps", "12", "--log-every", "4")
+    result = train_on(src, tgt, out, "--max-time", "0.2", "--max-steps", "12", "--log-every", "4")
     assert result.exit_code == 0, result.output
     said = result.output
     # 0.2 min x 30 steps/s = 360 steps of the small shape, the widest 570 pairs can use
@@ -229,7 +226,7 @@ def test_a_run_on_raw_files_plans_itself_and_ends_with_the_model_to_use(tmp_path
     assert f"model to use: {out / 'model'}" in shown
     # more time on the same command continues the run: no refusal, the warm-up kept
     warmup = recorded["train"]["warmup"]
-    more = invoke(*base, "--max-time", "0.3", "--max-steps", "16", "--log-every", "4")
+    more = train_on(src, tgt, out, "--max-time", "0.3", "--max-steps", "16", "--log-every", "4")
     assert more.exit_code == 0, more.output
     assert "resuming from" in more.output and "chosen:" not in more.output
     again = json.loads((out / "last" / "config.json").read_text())
@@ -239,28 +236,9 @@ def test_a_run_on_raw_files_plans_itself_and_ends_with_the_model_to_use(tmp_path
 def test_a_flag_still_sets_its_part(tmp_path, fake_rates):
     src, tgt = corpus(tmp_path, 600)
     out = tmp_path / "run"
-    result = invoke(
-        "train",
-        "--src",
-        str(src),
-        "--tgt",
-        str(tgt),
-        "--max-time",
-        "0.2",
-        "--max-steps",
-        "2",
-        "--d-model",
-        "64",
-        "--n-heads",
-        "2",
-        "--n-enc-layers",
-        "1",
-        "--n-dec-layers",
-        "1",
-        "--d-ff",
-        "64",
-        "--out",
-        str(out),
+    shape = ["--d-model", "64", "--n-heads", "2", "--n-enc-layers", "1", "--n-dec-layers", "1"]
+    result = train_on(
+        src, tgt, out, "--max-time", "0.2", "--max-steps", "2", *shape, "--d-ff", "64"
     )
     assert result.exit_code == 0, result.output
     model = json.loads((out / "last" / "config.json").read_text())["model"]
@@ -271,20 +249,7 @@ def test_a_flag_still_sets_its_part(tmp_path, fake_rates):
 
 def test_a_corpus_too_small_to_learn_from_is_one_line(tmp_path):
     src, tgt = corpus(tmp_path, 120)
-    result = CliRunner().invoke(
-        main,
-        [
-            "train",
-            "--src",
-            str(src),
-            "--tgt",
-            str(tgt),
-            "--max-time",
-            "5",
-            "--out",
-            str(tmp_path / "run"),
-        ],
-    )
+    result = train_on(src, tgt, tmp_path / "run", "--max-time", "5")
     assert result.exit_code == 2
     assert "120 pairs to train on; mtcli sizes a run for 500 or more" in result.output
     assert not (tmp_path / "run").exists()

@@ -20,6 +20,7 @@ from mtcli.files import (
     clean_leftovers,
     fsync_path,
     is_own_dir,
+    json_has,
     link_or_copy_dir,
     remove_dir,
     replace_dir,
@@ -167,18 +168,10 @@ def _is_own(path: Path) -> bool | None:
     if path.name == METRICS:
         return _is_metrics_log(path)
     if path.name == CHOICES:
-        return _json_has_key(path, "choices")
+        return json_has(path, "choices")
     if path.name == CURVE:
         return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return None
-
-
-def _json_has_key(path: Path, key: str) -> bool:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and key in data
 
 
 def _is_metrics_log(path: Path) -> bool:

@@ -19,10 +19,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # mtcli's bytecode first: the suite starts ~200 `mtcli` processes, and where PYTHONDONTWRITEBYTECODE
-# is set (this project's machines) each one compiled the sources again (0.16 s a start, 0.11 with it)
+# is set (this project's machines) each one compiled the sources again (0.16 s a start, 0.11 with it).
+# Two workers: most tests wait on one Python thread, so a second core nearly halves the suite.
 test: $(STAMP)
 	$(BIN)/python -m compileall -q mtcli
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 # the web page in headless Chromium (Debian: apt-get install chromium chromium-driver)
 e2e: $(VENV)/.e2e

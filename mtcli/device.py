@@ -85,10 +85,12 @@ def idle_cpus() -> int:
 
 
 def _others_running(samples: int = 2) -> int:
-    """Runnable threads of other processes (the kernel's procs_running, less this one's): the
-    lesser of two samples 2 ms apart, so a process that only passes by is not counted."""
+    """Runnable threads of other processes (the kernel's procs_running, less this process's own
+    running threads): the lesser of two samples 2 ms apart, so a process that only passes by is
+    not counted."""
     counts = []
     for i in range(samples):
+        own_before = _own_running()  # before and after: a spinning thread may fall asleep between
         try:
             with open("/proc/stat", encoding="ascii") as f:
                 line = next((ln for ln in f if ln.startswith("procs_running")), "")
@@ -96,10 +98,27 @@ def _others_running(samples: int = 2) -> int:
             return 0  # not Linux: nothing known, all CPUs used
         if not line:
             return 0
-        counts.append(int(line.split()[1]) - 1)  # this process's thread, running to read it
+        counts.append(int(line.split()[1]) - max(own_before, _own_running()))
         if i + 1 < samples:
             time.sleep(0.002)
     return max(0, min(counts))
+
+
+def _own_running() -> int:
+    """This process's threads that are running or runnable (at least the one reading).
+
+    Why: torch's OpenMP threads spin for a while after each parallel region; counted as another
+    process's, they made the thread count of the next run differ, and with it the float sums of
+    the training step (a resumed run then drifted from an uninterrupted one in the 7th digit)."""
+    running = 0
+    for task in os.scandir("/proc/self/task"):
+        try:
+            with open(os.path.join(task.path, "stat"), encoding="ascii", errors="replace") as f:
+                state = f.read().rpartition(")")[2].split()[:1]
+        except OSError:
+            continue  # the thread ended while we looked
+        running += state == ["R"]
+    return max(1, running)
 
 
 # ---------------------------------------------------------------- freed memory

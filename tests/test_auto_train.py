@@ -205,7 +205,10 @@ def train_on(src: Path, tgt: Path, out: Path, *flags: str):
 def test_a_run_on_raw_files_plans_itself_and_ends_with_the_model_to_use(tmp_path, fake_rates):
     src, tgt = corpus(tmp_path, 600)
     out = tmp_path / "run"
-    result = train_on(src, tgt, out, "--max-time", "0.2", "--max-steps", "12", "--log-every", "4")
+    small_steps = ["--max-tokens", "400"]  # a flag sets its part: 4,096 tokens a step is slow here
+    result = train_on(
+        src, tgt, out, "--max-time", "0.2", "--max-steps", "12", "--log-every", "4", *small_steps
+    )
     assert result.exit_code == 0, result.output
     said = result.output
     # 0.2 min x 30 steps/s = 360 steps of the small shape, the widest 570 pairs can use
@@ -226,7 +229,9 @@ def test_a_run_on_raw_files_plans_itself_and_ends_with_the_model_to_use(tmp_path
     assert f"model to use: {out / 'model'}" in shown
     # more time on the same command continues the run: no refusal, the warm-up kept
     warmup = recorded["train"]["warmup"]
-    more = train_on(src, tgt, out, "--max-time", "0.3", "--max-steps", "16", "--log-every", "4")
+    more = train_on(
+        src, tgt, out, "--max-time", "0.3", "--max-steps", "16", "--log-every", "4", *small_steps
+    )
     assert more.exit_code == 0, more.output
     assert "resuming from" in more.output and "chosen:" not in more.output
     again = json.loads((out / "last" / "config.json").read_text())

@@ -250,3 +250,30 @@ def test_the_default_threads_leave_a_busy_cpu_to_its_process(monkeypatch):
     monkeypatch.setenv("GOMP_SPINCOUNT", "5")
     device.import_torch()
     assert os.environ["GOMP_SPINCOUNT"] == "5"
+
+
+def test_this_processs_own_busy_threads_are_not_counted_as_another_process(monkeypatch):
+    """A thread of mtcli's own that is running (torch's OpenMP workers spin after each parallel
+    region) is not a process to leave a core to: counted as one, it changed the next run's
+    thread count, and a resumed run's losses drifted from an uninterrupted one's."""
+    import hashlib
+    import threading
+
+    from mtcli import device
+
+    stop, data = threading.Event(), bytes(1 << 24)
+
+    def busy():
+        while not stop.is_set():
+            hashlib.sha256(data)  # holds a core without the GIL, as torch's kernels do
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        assert max(device._own_running() for _ in range(5)) >= 2
+    finally:
+        stop.set()
+        worker.join()
+    # the kernel's count less this process's own (another process may be running beside it)
+    monkeypatch.setattr(device, "_own_running", lambda: 10_000)
+    assert device._others_running() == 0

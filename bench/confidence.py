@@ -131,9 +131,9 @@ def corruptions(
 
 # ---------------------------------------------------------------- signals, fit, measures
 def estimator(name: str, calibration=None):
-    from mtcli.engines.build import ready_to_decode
     from mtcli.engines.calibration import Calibration
     from mtcli.engines.confidence import SIGNALS, ConfidenceEstimator, Direction
+    from mtcli.engines.loading import ready_to_decode
     from mtcli.store.checkpoint import load_model
 
     reverse_name, src, tgt = MODELS[name]

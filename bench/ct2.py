@@ -57,7 +57,7 @@ else:
     limit_kernel_caches()  # as mtcli translate does (engines.build.prepare_decoding)
     keep_freed_memory()
     from mtcli.store.checkpoint import load_model
-    from mtcli.engines.build import decoding_only
+    from mtcli.engines.loading import decoding_only
     from mtcli.engines.translator import Translator, quantize_int8
     imported = rss_mb("VmRSS:")
     loaded = load_model(model)

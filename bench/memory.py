@@ -14,7 +14,7 @@ Settings:
 (device.keep_freed_memory, mtcli's default) with blocks from 32 MiB (the default), 4 MiB or
 2 MiB in mappings of their own, which go back to the kernel when freed, or glibc's own
 defaults; MALLOC_ARENA_MAX=1 (one glibc arena for every thread); and the Linear weights'
-plain copies kept beside oneDNN's packed ones (as before engines.build.decoding_only). Writes
+plain copies kept beside oneDNN's packed ones (as before engines.loading.decoding_only). Writes
 bench/results/memory.json.
 """
 
@@ -66,7 +66,7 @@ import os
 import torch
 from mtcli.config import DecodeConfig
 import mtcli.device as device
-from mtcli.engines.build import decoding_only
+from mtcli.engines.loading import decoding_only
 from mtcli.engines.translator import Translator, quantize_int8
 from mtcli.store.checkpoint import load_model
 torch.set_num_threads(2)

@@ -10,7 +10,8 @@ types, as subprocesses:
   defaults  the same split, `train` with no preset and no other flag
   auto      `train --src RAW --tgt RAW --max-time M` alone (it sizes itself and holds out its
             own validation set), then `translate -m OUT`
-then translate the test sources (beam 5) and score them with sacrebleu. `--busy` keeps one
+then translate the test sources (beam 5) and score them with sacrebleu. `--flags` adds train
+flags for a tuning run, recorded as its own row. `--busy` keeps one
 core busy with another process for the whole run. Each result is appended to
 bench/results/own_corpus.json under its key (corpus, pairs, minutes, route, busy).
 """
@@ -58,21 +59,14 @@ def mtcli(*args: str) -> str:
     return done.stdout
 
 
-def train_route(route: str, src: Path, tgt: Path, minutes: float, work: Path) -> str:
-    """Train as the route does; the model to translate with."""
+def train_route(
+    route: str, src: Path, tgt: Path, minutes: float, work: Path, flags: list[str]
+) -> str:
+    """Train as the route does (with `flags` added to train); the model to translate with."""
     run = work / "run"
+    budget = ["--max-time", f"{minutes:g}", "--out", str(run), *flags]
     if route == "auto":
-        mtcli(
-            "train",
-            "--src",
-            str(src),
-            "--tgt",
-            str(tgt),
-            "--max-time",
-            f"{minutes:g}",
-            "--out",
-            str(run),
-        )
+        mtcli("train", "--src", str(src), "--tgt", str(tgt), *budget)
         return str(run)
     prep = work / "prep"
     mtcli("data", "prepare", "--src", str(src), "--tgt", str(tgt), "--out", str(prep))
@@ -84,10 +78,7 @@ def train_route(route: str, src: Path, tgt: Path, minutes: float, work: Path) ->
         str(prep / "train.src"),
         "--tgt",
         str(prep / "train.tgt"),
-        "--max-time",
-        f"{minutes:g}",
-        "--out",
-        str(run),
+        *budget,
     )
     return str(run / "best")
 
@@ -107,7 +98,9 @@ def _spin() -> None:
         pass
 
 
-def run_once(corpus: str, pairs: int, minutes: float, route: str, busy: bool) -> dict:
+def run_once(
+    corpus: str, pairs: int, minutes: float, route: str, busy: bool, flags: list[str]
+) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"mtcli-own-{route}-"))
     src, tgt = raw_subset(corpus, pairs, work)
     spinner = multiprocessing.Process(target=_spin, daemon=True) if busy else None
@@ -115,11 +108,13 @@ def run_once(corpus: str, pairs: int, minutes: float, route: str, busy: bool) ->
         spinner.start()
     started = time.monotonic()
     try:
-        model = train_route(route, src, tgt, minutes, work)
+        model = train_route(route, src, tgt, minutes, work, flags)
     finally:
         if spinner:
             spinner.terminate()
     seconds = time.monotonic() - started
+    if flags:  # a tuning run: recorded apart from the route's own row
+        route = f"{route} {' '.join(flags)}"
     record = {"corpus": corpus, "pairs": pairs, "minutes": minutes, "route": route, "busy": busy}
     record |= {"seconds": round(seconds), **test_scores(corpus, model, work), "work": str(work)}
     return record
@@ -145,10 +140,12 @@ def main() -> None:
     ap.add_argument("--route", default="auto", choices=("quick", "defaults", "auto"))
     ap.add_argument("--busy", action="store_true", help="another process holds one core")
     ap.add_argument("--short", action="store_true", help="2,000 pairs, 2 minutes, auto")
+    ap.add_argument("--flags", default="", help="added to train, for tuning: '--lr-factor 1'")
     args = ap.parse_args()
     if args.short:
         args.pairs, args.minutes, args.route = 2000, 2.0, "auto"
-    record = run_once(args.corpus, args.pairs, args.minutes, args.route, args.busy)
+    flags = args.flags.split()
+    record = run_once(args.corpus, args.pairs, args.minutes, args.route, args.busy, flags)
     save(record)
     print(json.dumps(record, ensure_ascii=False))
 

@@ -223,7 +223,12 @@ def clean_leftovers(
         return done
     for entry in sorted(folder.iterdir()):
         m = _TEMP.match(entry.name)
-        if m and ours(m["name"]) and entry.is_dir() and (every_pid or not _pid_alive(int(m["pid"]))):  # fmt: skip
+        if (
+            m
+            and ours(m["name"])
+            and entry.is_dir()
+            and (every_pid or not _pid_alive(int(m["pid"])))
+        ):
             shutil.rmtree(entry, ignore_errors=True)
             done.append(entry.name)
         elif entry.name.endswith(".old") and entry.is_dir() and (entry / marker).is_file():

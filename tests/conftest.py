@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -222,3 +224,32 @@ def copy_lines() -> list[str]:
 
 def tokenizer_of(path: Path) -> Tokenizer:
     return Tokenizer.load(path)
+
+
+def free_port() -> int:
+    """A TCP port on localhost no process listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(client, tries: int = 200, pause: float = 0.05) -> bool:
+    """Whether a server's /health answers 200 within `tries` polls (its models load in the
+    background, slower beside other tests)."""
+    for _ in range(tries):
+        if client.get("/health").status_code == 200:
+            return True
+        time.sleep(pause)
+    return False
+
+
+def reference_translations(model_dir: Path, lines: list[str], **decode) -> list[str]:
+    """What mtcli's Translator gives on the model directory under these settings, built here
+    without the CLI, the server or a model's generation defaults: the truth they are held to."""
+    from mtcli.config import DecodeConfig
+    from mtcli.engines.translator import Translator
+    from mtcli.store.checkpoint import load_model
+
+    loaded = load_model(model_dir)
+    translator = Translator(loaded.model, loaded.tokenizer, DecodeConfig(**decode))
+    return [t.text for t in translator.translate_chunk(lines)]

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from mtcli.cli import main
 from mtcli.config import BOS_ID, EOS_ID
-from mtcli.engines.calibration import WEIGHTS_FILE, Calibration, fit_logistic, roc_auc, spearman
+from mtcli.engines.calibration import CONFIDENCE_FILE, Calibration, fit_logistic, roc_auc, spearman
 from mtcli.engines.confidence import (
     coverage,
     estimator_for,
@@ -92,7 +92,7 @@ def test_weights_that_do_not_read_as_weights_give_no_confidence(tmp_path):
     good = Calibration(["a", "b"], [0.0, 1.0], [1.0, 2.0], [0.5, -0.5], 0.1, 0.3, {"k": 1.0})
     good.save(tmp_path)
     assert Calibration.load(tmp_path) == good
-    raw = json.loads((tmp_path / WEIGHTS_FILE).read_text())
+    raw = json.loads((tmp_path / CONFIDENCE_FILE).read_text())
     nan, text, short, zero = (
         {"coef": [float("nan"), 1.0]},
         {"coef": ["1", 1.0]},
@@ -100,9 +100,9 @@ def test_weights_that_do_not_read_as_weights_give_no_confidence(tmp_path):
         {"scale": [0.0, 1.0]},
     )
     for broken in (nan, text, short, zero, {"bias": None}):
-        (tmp_path / WEIGHTS_FILE).write_text(json.dumps({**raw, **broken}))
+        (tmp_path / CONFIDENCE_FILE).write_text(json.dumps({**raw, **broken}))
         assert Calibration.load(tmp_path) is None, broken
-    (tmp_path / WEIGHTS_FILE).write_text("{not json")
+    (tmp_path / CONFIDENCE_FILE).write_text("{not json")
     assert Calibration.load(tmp_path) is None
 
 
@@ -378,13 +378,13 @@ def test_a_whole_html_document_names_its_flagged_blocks_not_its_start(tmp_path):
 
 # ---------------------------------------------------------------- the server
 def test_the_server_gives_confidence_in_v1_when_asked_and_in_libretranslate_replies():
-    from mtcli.engines.build import ready_to_decode
+    from mtcli.engines.loading import ready_to_decode
     from mtcli.serving.app import Models, ServeConfig, create_app, mtcli_served
-    from tests.test_serve import _wait_ready
+    from tests.conftest import wait_ready
 
     models = Models(lambda: [mtcli_served("en-zh-tiny", ready_to_decode(load_model(EN_ZH)), "cpu")])
     with TestClient(create_app(models, ServeConfig())) as c:
-        assert _wait_ready(c)  # the model loads in the background (slower beside other tests)
+        assert wait_ready(c)  # the model loads in the background (slower beside other tests)
         asked = c.post(
             "/v1/translate", json={"lines": [GOOD, FAR], "source": "en", "confidence": True}
         ).json()

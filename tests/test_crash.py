@@ -165,7 +165,7 @@ def test_a_run_recorded_with_more_threads_than_here_continues(tmp_path):
     config = json.loads(recorded.read_text())
     config["train"]["threads"] = len(os.sched_getaffinity(0)) + 1
     recorded.write_text(json.dumps(config))
-    again = assemble_config(None, {"out": cfg.out, "max_steps": 3}, None, False)
+    again = assemble_config(None, {"out": cfg.out, "max_steps": 3}, None, False)[0]
     assert again.threads == 0 and again.max_steps == 3 and again.lr_factor == cfg.lr_factor
 
 

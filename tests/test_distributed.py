@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 
@@ -15,7 +14,7 @@ import torch
 from mtcli.config import ModelConfig, TrainConfig
 from mtcli.store.checkpoint import load_model
 from mtcli.training.loop import train
-from tests.conftest import REPO, copy_sentences, copy_tokenizer, write_lines
+from tests.conftest import REPO, copy_sentences, copy_tokenizer, free_port, write_lines
 
 SHAPE = dict(d_model=32, n_heads=2, d_ff=64, n_enc_layers=1, n_dec_layers=1, dropout=0.0)
 # lr 0.06 from the first step (warm-up 1): steps big enough that a wrong average would show
@@ -23,12 +22,6 @@ SETTINGS = dict(
     max_tokens=64, max_steps=3, lr_factor=0.35, warmup=1, threads=1, log_every=1, max_len=32,
     valid_every=3, valid_bleu_lines=8,
 )  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _flags(settings: dict) -> list[str]:
@@ -53,7 +46,7 @@ def test_two_ranks_equal_one_process_with_the_same_global_batches(tmp_path):
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        f"--master_port={_free_port()}",
+        f"--master_port={free_port()}",
     ]
     proc = subprocess.run([*torchrun, "-m", "mtcli", *args], capture_output=True, text=True, timeout=300,
                           cwd=REPO, env={**os.environ, "NO_COLOR": "1"})  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from mtcli.cli import main
-from mtcli.cli.train import assemble_config, labelled, settings_layers
+from mtcli.cli.train import assemble_config, labelled
 from mtcli.config import TrainConfig
 from mtcli.errors import UserError
 from mtcli.text.corpus_languages import corpus_languages, languages_of_corpus
@@ -109,8 +109,7 @@ def test_train_takes_the_languages_of_the_prepared_corpus(tmp_path):
 
 
 def _labelled(flags: dict) -> tuple[TrainConfig, str]:
-    base, requested = settings_layers(None, flags, resume=None, restart=False)
-    return labelled(assemble_config(None, flags, None, False), base, requested)
+    return labelled(*assemble_config(None, flags, None, False))
 
 
 def test_a_library_config_without_languages_takes_the_corpus_s(tmp_path):

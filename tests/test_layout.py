@@ -104,6 +104,52 @@ def test_the_rule_catches_an_upward_import(tmp_path, monkeypatch):
     ]
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """Module -> the mtcli modules it imports, at the top or inside a function (a lazy import
+    hides a cycle from Python, not from a reader)."""
+    names = {_module_name(p): p for p in paths}
+    graph = {}
+    for name, path in names.items():
+        graph[name] = set()
+        for imported in _imports(path):
+            while imported and imported not in names:  # from mtcli.x import f -> mtcli.x
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not name.startswith(imported + "."):
+                graph[name].add(imported)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of imports (its modules in order, the first repeated last), or []."""
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> list[str]:
+        if name in path:
+            return path[path.index(name) :] + [name]
+        if name in done:
+            return []
+        for imported in sorted(graph[name]):
+            if found := visit(imported, path + [name]):
+                return found
+        done.add(name)
+        return []
+
+    return next((c for name in sorted(graph) if (c := visit(name, []))), [])
+
+
+def test_no_module_imports_itself_round_a_cycle():
+    """No chain of imports leads back to where it started, lazy ones counted (the builder and
+    the confidence estimator once imported each other inside functions)."""
+    assert _cycle(_module_graph(_modules())) == []
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
 def _fresh(code: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True

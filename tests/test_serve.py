@@ -19,10 +19,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mtcli.config import DecodeConfig
-from mtcli.engines.translator import Translator
 from mtcli.serving.app import Models, ServeConfig, Served, create_app, mtcli_served
 from mtcli.store.checkpoint import load_model
-from tests.conftest import REPO, copy_sentences
+from tests.conftest import REPO, copy_sentences, free_port, reference_translations, wait_ready
 
 
 def _models(path: Path, delay: float = 0.0) -> Models:
@@ -53,30 +52,15 @@ def client(copy_model_dir):
     )
     with TestClient(app) as c:
         c.logs = logs
-        assert _wait_ready(c)
+        assert wait_ready(c)
         yield c
-
-
-def _wait_ready(c) -> bool:
-    for _ in range(200):
-        if c.get("/health").status_code == 200:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _reference(model_dir: Path, lines: list[str], **decode) -> list[str]:
-    """What `mtcli translate` gives: the Translator on the same model and settings."""
-    loaded = load_model(model_dir)
-    translator = Translator(loaded.model, loaded.tokenizer, DecodeConfig(**decode))
-    return [t.text for t in translator.translate_chunk(lines)]
 
 
 def test_libretranslate_shapes(client, copy_model_dir, copy_lines):
     """q as a string or a list, JSON or form bodies (urlencoded and multipart), auto source with
     detectedLanguage, alternatives from the n-best list; the answer has q's shape."""
     a, b = copy_lines[:2]
-    want = _reference(copy_model_dir, [a, b])
+    want = reference_translations(copy_model_dir, [a, b])
     r = client.post("/translate", json={"q": a, "source": "en", "target": "zh"})
     assert r.status_code == 200 and r.json() == {"translatedText": want[0]}
     r = client.post("/translate", json={"q": [a, b], "source": "en", "target": "zh"})
@@ -104,7 +88,7 @@ def test_v1_translate_fields(client, copy_model_dir, copy_lines):
     )
     assert r.status_code == 200, r.text
     first, emoji = r.json()["translations"]
-    assert first["translation"] == _reference(copy_model_dir, [line])[0]
+    assert first["translation"] == reference_translations(copy_model_dir, [line])[0]
     scores = [h["score"] for h in first["nbest"]]
     assert len(scores) == 3 and scores == sorted(scores, reverse=True)
     assert first["alignment"] and first["model"] == "letters"
@@ -164,7 +148,7 @@ def test_an_internal_error_is_a_500_and_one_log_line(capsys):
     models = Models(lambda: [Served("broken", "en", "zh", broken, len)])
     app = create_app(models, ServeConfig(), logs.append)
     with TestClient(app) as c:
-        assert _wait_ready(c)
+        assert wait_ready(c)
         r = c.post("/translate", json={"q": "a", "source": "en", "target": "zh"})
         assert c.get("/health").status_code == 200
     assert r.status_code == 500 and r.json() == {"error": "internal error: RuntimeError"}
@@ -211,7 +195,7 @@ def test_api_key(copy_model_dir):
     right one (field or header) passes."""
     app = create_app(_models(copy_model_dir), ServeConfig(api_key="s3cret"))
     with TestClient(app) as c:
-        assert _wait_ready(c)
+        assert wait_ready(c)
         q = {"q": "a b", "source": "en", "target": "zh"}
         assert c.post("/translate", json=q).status_code == 403
         assert c.post("/translate", json={**q, "api_key": "guess"}).json()["error"] == "invalid API key"  # fmt: skip
@@ -239,7 +223,7 @@ def test_health_waits_for_the_models(copy_model_dir):
         assert r.status_code == 503 and r.json() == {"status": "loading"}
         r = c.post("/translate", json={"q": "a", "source": "en", "target": "zh"})
         assert r.status_code == 503 and r.headers["Retry-After"] == "1"
-        assert _wait_ready(c)
+        assert wait_ready(c)
 
 
 def test_a_full_queue_answers_503_with_retry_after(copy_model_dir):
@@ -257,7 +241,7 @@ def test_a_full_queue_answers_503_with_retry_after(copy_model_dir):
             return await asyncio.gather(*(c.post("/translate", json=q) for _ in range(8)))
 
     with TestClient(app) as c:  # runs the lifespan: the batcher starts
-        assert _wait_ready(c)
+        assert wait_ready(c)
         app.state.batcher = app.state.batcher  # the same app, driven concurrently below
         responses = asyncio.run(burst())
     codes = sorted(r.status_code for r in responses)
@@ -266,18 +250,12 @@ def test_a_full_queue_answers_503_with_retry_after(copy_model_dir):
 
 
 # ---------------------------------------------------------------- a real uvicorn process
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Server:
     """`mtcli serve` in a process of its own on a free port; stderr is collected for the log
     lines. `forks`: forked from a warm parent (tests/forked.py) instead of a fresh Python."""
 
     def __init__(self, *args: str, forks=None):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         argv = ["serve", "--port", str(self.port), *args]
         if forks is not None:
@@ -384,7 +362,7 @@ def test_requests_cannot_ask_for_more_than_the_server_allows(copy_model_dir):
     alternatives below 1 is a 400; a request's source tokens are bounded."""
     cfg = ServeConfig(decode=DecodeConfig(beam_size=3), request_tokens=40)
     with TestClient(create_app(_models(copy_model_dir), cfg)) as c:
-        assert _wait_ready(c)
+        assert wait_ready(c)
         q = {"q": "a b", "source": "en", "target": "zh"}
         for body, error in (
             ({"lines": ["a b"], "beam_size": 4}, "beam_size 4: this server allows at most 3 (--max-beam)"),
@@ -412,7 +390,7 @@ def test_memory_is_not_a_cache_of_settings(copy_model_dir):
 
     models = _models(copy_model_dir)
     with TestClient(create_app(models, ServeConfig())) as c:
-        assert _wait_ready(c)
+        assert wait_ready(c)
         for i in range(3 * KEPT_TRANSLATORS):
             body = {"lines": ["a b"], "length_penalty": i / 10}
             assert c.post("/v1/translate", json=body).status_code == 200

@@ -20,6 +20,7 @@ from mtcli.documents.formats import convert
 from mtcli.documents.segments import Outcome
 from mtcli.engines.result import Translation
 from mtcli.serving.app import Models, ServeConfig, Served, create_app
+from tests.conftest import wait_ready
 from tests.test_documents import _docx, swapcase
 
 SRT = (
@@ -52,16 +53,8 @@ def _app(delay: float = 0.0, **cfg):
 @pytest.fixture
 def client():
     with TestClient(_app()) as c:
-        _ready(c)
+        assert wait_ready(c)
         yield c
-
-
-def _ready(c: TestClient) -> None:
-    for _ in range(100):
-        if c.get("/health").status_code == 200:
-            return
-        time.sleep(0.02)
-    raise AssertionError("the models did not load")
 
 
 def _upload(c, name: str, data: bytes, **fields):
@@ -114,7 +107,7 @@ def test_frontend_settings_say_files_are_translated(client):
 
 def test_the_key_rules_hold_for_files():
     with TestClient(_app(api_key="s3cret")) as c:
-        _ready(c)
+        assert wait_ready(c)
         r = _upload(c, "a.txt", b"Hello.")
         assert r.status_code == 403 and r.json()["reason"] == "api_key_required"
         assert _upload(c, "a.txt", b"Hello.", api_key="guess").json()["reason"] == "api_key_invalid"  # fmt: skip
@@ -157,7 +150,7 @@ def test_hostile_files_are_a_4xx_and_nothing_is_held(monkeypatch, name, data, st
     monkeypatch.setattr(word, "MAX_UNPACKED", 2 << 20)
     app = _app()
     with TestClient(app) as c:
-        _ready(c)
+        assert wait_ready(c)
         r = _upload(c, name, data)
         assert r.status_code == status and message in r.json()["error"], r.text
         assert c.get("/health").status_code == 200
@@ -194,7 +187,7 @@ def test_a_100_mb_upload_is_a_413_before_it_is_read():
     as the body passes the cap): either way nothing is held, and the server answers on."""
     app = _app(max_file_bytes=1 << 20)
     with TestClient(app) as c:
-        _ready(c)
+        assert wait_ready(c)
         r = _upload(c, "big.txt", b"a " * (50 << 20))  # 100 MB
         assert r.status_code == 413 and "bytes" in r.json()["error"]
 
@@ -213,7 +206,7 @@ def test_a_100_mb_upload_is_a_413_before_it_is_read():
 
 def test_a_translation_waits_only_so_long_for_its_download():
     with TestClient(_app(keep_files=0.1)) as c:
-        _ready(c)
+        assert wait_ready(c)
         url = _upload(c, "a.txt", b"Hello.").json()["translatedFileUrl"]
         time.sleep(0.3)
         assert c.get(url).status_code == 404
@@ -224,7 +217,7 @@ def test_a_document_over_its_deadline_is_a_413_and_the_server_answers_on():
     the deadline passes (not after every job), and /translate still works."""
     app = _app(delay=0.15, file_timeout=0.25)
     with TestClient(app) as c:
-        _ready(c)
+        assert wait_ready(c)
         start = time.monotonic()
         text = "\n\n".join(f"Paragraph {i}." for i in range(100)).encode()
         r = _upload(c, "long.txt", text)
@@ -240,7 +233,7 @@ def test_uploads_at_once_are_bounded():
     read; once they finish, uploads are taken again."""
     app = _app(delay=0.5)
     with TestClient(app) as c:
-        _ready(c)
+        assert wait_ready(c)
         answers: list[int] = []
 
         def upload():

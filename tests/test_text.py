@@ -15,7 +15,7 @@ from mtcli.text.casing import casing_of, restyle, sentence_case
 from mtcli.text.glossary import Glossary
 from mtcli.text.language import source_language
 from mtcli.text.layer import TextLayer
-from mtcli.text.markup import translate_html
+from mtcli.text.markup import read, run_texts, written
 from mtcli.text.render import render
 from mtcli.text.sentences import fit, join_sentences, split_sentences
 from mtcli.text.spans import find_spans, invented_numbers, renumbered
@@ -23,6 +23,14 @@ from tests.conftest import REPO, run_mtcli, write_lines
 
 MODELS = REPO / "models"
 SHARED = REPO.parent / "shared" / "data"
+
+
+def translate_html(document: str, translate, tgt_spaced: bool) -> str:
+    """A document through markup's three steps as the text layer takes them: read into runs,
+    the runs' texts translated (with word alignments), written back with the tags placed."""
+    parts = read(document)
+    texts = run_texts(parts)
+    return written(parts, translate(texts) if texts else [], tgt_spaced)
 
 
 @pytest.fixture(scope="module")

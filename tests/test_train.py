@@ -262,7 +262,7 @@ def test_train_flags_override_toml(tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text("max_tokens = 1000\nwarmup = 10\n[model]\nd_model = 64\nn_heads = 2\n")
     flags = {"warmup": 20, "n_heads": 4, "out": str(tmp_path / "run")}
-    cfg = assemble_config(str(toml), flags, resume=None, restart=False)
+    cfg = assemble_config(str(toml), flags, resume=None, restart=False)[0]
     assert (cfg.max_tokens, cfg.warmup, cfg.model.d_model, cfg.model.n_heads) == (1000, 20, 64, 4)
     toml.write_text("max_tokenz = 3\n")
     src = write_lines(tmp_path / "s", ["a"])
@@ -360,12 +360,12 @@ def test_a_preset_brings_its_size_not_its_corpus(tmp_path):
 
     assert {"quick", "en-zh-tiny", "zh-en-tiny"} <= set(preset_names())
     flags = {"src": "mine.en", "tgt": "mine.de", "warmup": 50, "out": str(tmp_path / "run")}
-    cfg = assemble_config(None, flags, None, False, preset="en-zh-tiny")
+    cfg = assemble_config(None, flags, None, False, preset="en-zh-tiny")[0]
     recipe = load_preset("en-zh-tiny").settings
     assert (cfg.src, cfg.tgt, cfg.valid_src, cfg.src_lang) == ("mine.en", "mine.de", "", "")
     assert cfg.model.d_model == recipe["model"]["d_model"] and cfg.precision == recipe["precision"]
     assert cfg.warmup == 50
-    assert assemble_config(None, flags, None, False, preset="quick").model.d_model == 128
+    assert assemble_config(None, flags, None, False, preset="quick")[0].model.d_model == 128
 
 
 def test_list_presets_and_an_unknown_one(tmp_path):
@@ -440,6 +440,6 @@ def test_a_preset_sized_by_time_fits_its_warm_up_in_its_budget(tmp_path):
     from mtcli.cli.train import assemble_config
 
     flags = {"src": "a", "tgt": "b", "out": str(tmp_path / "new")}
-    assert assemble_config(None, flags, None, False, "quick").warmup_share == 0.3
-    fixed = assemble_config(None, {**flags, "warmup": 11}, None, False, "quick")
+    assert assemble_config(None, flags, None, False, "quick")[0].warmup_share == 0.3
+    fixed = assemble_config(None, {**flags, "warmup": 11}, None, False, "quick")[0]
     assert (fixed.warmup, fixed.warmup_share) == (11, 0.0)  # --warmup N is N steps

@@ -102,7 +102,10 @@ class MtcliGroup(click.Group):
         except Exception as e:  # a bug: one line, the traceback only on request
             if os.environ.get("MTCLI_DEBUG"):
                 traceback.print_exc()
-            die(f"internal error: {type(e).__name__}: {_escape(str(e))} (MTCLI_DEBUG=1 shows where)", 1)  # fmt: skip
+            die(
+                f"internal error: {type(e).__name__}: {_escape(str(e))} (MTCLI_DEBUG=1 shows where)",
+                1,
+            )
 
 
 # what other translation tools call an option (LibreTranslate's source/target, argos-translate's

@@ -29,8 +29,12 @@ def pairs_bar(what: str):
     """A live count of pairs with their rate on a terminal (nothing otherwise); yields the
     callback that moves it: (phase, pairs so far)."""
     started = time.monotonic()
-    with Progress(SpinnerColumn(), TextColumn("{task.fields[phase]} {task.fields[stats]}"),
-                  console=console, disable=not console.is_terminal) as bar:  # fmt: skip
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.fields[phase]} {task.fields[stats]}"),
+        console=console,
+        disable=not console.is_terminal,
+    ) as bar:
         task = bar.add_task(what, phase=what, stats="")
 
         def update(phase: str, pairs: int) -> None:
@@ -65,9 +69,15 @@ def _say_json(manifest: dict, keys: tuple[str, ...]) -> None:
     default="",
     help="Your corpus: target language.  [default: identified from its text]",
 )
-@click.option("--zh-script", type=click.Choice(["simplified", "keep"]), default="simplified",
-              show_default=True)  # fmt: skip
-@click.option("--unicode-form", type=click.Choice(["NFC", "NFKC"]), default="NFC", show_default=True)  # fmt: skip
+@click.option(
+    "--zh-script",
+    type=click.Choice(["simplified", "keep"]),
+    default="simplified",
+    show_default=True,
+)
+@click.option(
+    "--unicode-form", type=click.Choice(["NFC", "NFKC"]), default="NFC", show_default=True
+)
 @click.option(
     "--test-size",
     type=click.IntRange(min=0),
@@ -79,10 +89,20 @@ def _say_json(manifest: dict, keys: tuple[str, ...]) -> None:
     type=click.IntRange(min=0),
     help="Pairs in valid.  [default: NAME 1000; your corpus 5%, at least 100, at most 1000]",
 )
-@click.option("--max-chars", default=1000, show_default=True, type=click.IntRange(min=1),
-              help="Your corpus: drop pairs with a side longer than this.")  # fmt: skip
-@click.option("--max-ratio", default=9.0, show_default=True, type=FiniteRange(min=1.0),
-              help="Your corpus: drop pairs whose UTF-8 sizes differ more than this.")  # fmt: skip
+@click.option(
+    "--max-chars",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Your corpus: drop pairs with a side longer than this.",
+)
+@click.option(
+    "--max-ratio",
+    default=9.0,
+    show_default=True,
+    type=FiniteRange(min=1.0),
+    help="Your corpus: drop pairs whose UTF-8 sizes differ more than this.",
+)
 @click.option("--seed", default=1234, show_default=True, help="Seed of the train/valid/test split.")
 @click.option(
     "--no-verify", is_flag=True, help="Skip the checksum check (a newer release of NAME)."
@@ -94,9 +114,15 @@ def prepare_command(name, out, src, tgt, tsv, **opts) -> None:
     if inputs:
         _prepare_own(*inputs, out, opts)
         return
+    manifest = _prepare_known(name, out, _prepare_options(opts))
+    _say_splits(manifest, out)
+
+
+def _prepare_options(opts: dict) -> PrepareOptions:
+    """A known corpus's preparation as the flags ask; unset split sizes are the corpus's own."""
     asked = {"n_test": opts["test_size"], "n_valid": opts["valid_size"]}
-    sizes = {k: v for k, v in asked.items() if v is not None}  # else the corpus's own sizes
-    known = PrepareOptions(
+    sizes = {k: v for k, v in asked.items() if v is not None}
+    return PrepareOptions(
         opts["from_dir"],
         opts["zh_script"],
         opts["unicode_form"],
@@ -105,13 +131,22 @@ def prepare_command(name, out, src, tgt, tsv, **opts) -> None:
         force=opts["force"],
         **sizes,
     )
-    with Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(),
-                  console=console, disable=not console.is_terminal) as bar:  # fmt: skip
+
+
+def _prepare_known(name: str, out: str, known: PrepareOptions) -> dict:
+    """Download (where needed) and prepare a known corpus, a progress bar on a terminal; its
+    manifest."""
+    with Progress(
+        *Progress.get_default_columns(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    ) as bar:
         task = bar.add_task("download", total=None)
-        manifest = prepare(
+        return prepare(
             name, out, known, lambda done, total: bar.update(task, completed=done, total=total)
         )
-    _say_splits(manifest, out)
 
 
 def _say_splits(manifest: dict, out: str) -> None:
@@ -160,9 +195,18 @@ def _prepare_own(src: str, tgt: str, out: str, opts: dict) -> None:
 
     asked = {"src": opts["src_lang"], "tgt": opts["tgt_lang"]}
     languages, note = languages_of_corpus(src, tgt or None, asked)
-    own = OwnCorpusOptions(languages["src"], languages["tgt"], opts["zh_script"], opts["unicode_form"],
-                           opts["test_size"], opts["valid_size"], opts["seed"], opts["max_chars"],
-                           opts["max_ratio"], opts["force"])  # fmt: skip
+    own = OwnCorpusOptions(
+        languages["src"],
+        languages["tgt"],
+        opts["zh_script"],
+        opts["unicode_form"],
+        opts["test_size"],
+        opts["valid_size"],
+        opts["seed"],
+        opts["max_chars"],
+        opts["max_ratio"],
+        opts["force"],
+    )
     with pairs_bar("clean") as progress:
         manifest = prepare_own(src, tgt, out, own, progress)
     console.print(note, soft_wrap=True, markup=False)
@@ -174,8 +218,11 @@ def _prepare_own(src: str, tgt: str, out: str, opts: dict) -> None:
 @click.option(
     "--out", required=True, help="Folder for the corpus (train.LANG files, as mtdata writes them)."
 )
-@click.option("--langpair", metavar="SRC-TGT",
-              help="Which side is the source (en-zh).  [default: the first NAME's order]")  # fmt: skip
+@click.option(
+    "--langpair",
+    metavar="SRC-TGT",
+    help="Which side is the source (en-zh).  [default: the first NAME's order]",
+)
 @click.option("--force", is_flag=True, help="Replace an --out that is not one `data get` wrote.")
 def get_command(names, out, langpair, force) -> None:
     """Fetch parallel corpora by their mtdata ids (`mtdata list -l eng-zho` lists them)."""
@@ -189,8 +236,10 @@ def get_command(names, out, langpair, force) -> None:
     console.print(
         f"next: mtcli data prepare --src {src} --tgt {tgt} --src-lang {record['src_lang']} "
         f"--tgt-lang {record['tgt_lang']} --out CORPUS (to train on it), or mtcli eval --src {src} "
-        f"--ref {tgt} (a test set such as FLORES: to score on it)", markup=False, soft_wrap=True,
-    )  # fmt: skip
+        f"--ref {tgt} (a test set such as FLORES: to score on it)",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @data.command("binarize")
@@ -206,13 +255,28 @@ def get_command(names, out, langpair, force) -> None:
 @click.option(
     "--out", required=True, help="The token store's folder (give it to `mtcli train --data`)."
 )
-@click.option("--max-len", default=128, show_default=True, type=click.IntRange(min=1),
-              help="Drop pairs with more tokens on a side.")  # fmt: skip
-@click.option("--max-ratio", default=9.0, show_default=True, type=FiniteRange(min=1.0),
-              help="Drop pairs whose token counts differ more than this.")  # fmt: skip
+@click.option(
+    "--max-len",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Drop pairs with more tokens on a side.",
+)
+@click.option(
+    "--max-ratio",
+    default=9.0,
+    show_default=True,
+    type=FiniteRange(min=1.0),
+    help="Drop pairs whose token counts differ more than this.",
+)
 @click.option("--keep-text", is_flag=True, help="Store the text too (needed by --bpe-dropout).")
-@click.option("--threads", default=0, show_default=True, type=click.IntRange(min=0, max=int(THREADS.high)),
-              help="Encoding threads (0 = all cores).")  # fmt: skip
+@click.option(
+    "--threads",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0, max=int(THREADS.high)),
+    help="Encoding threads (0 = all cores).",
+)
 @click.option("--force", is_flag=True, help="Replace an --out that is not a token store.")
 def binarize_command(
     src, tgt, tokenizer, out, max_len, max_ratio, keep_text, threads, force
@@ -221,8 +285,15 @@ def binarize_command(
     from mtcli.data.token_store import BinarizeRequest, Filters, check_binarize, ensure_store
     from mtcli.device import available_cpus
 
-    request = BinarizeRequest(src, tgt or "", Path(tokenizer), Path(out), Filters(max_len, max_ratio),
-                              keep_text, threads or available_cpus())  # fmt: skip
+    request = BinarizeRequest(
+        src,
+        tgt or "",
+        Path(tokenizer),
+        Path(out),
+        Filters(max_len, max_ratio),
+        keep_text,
+        threads or available_cpus(),
+    )
     check_binarize(request, force)
     with pairs_bar("binarize") as progress:
         manifest, what = ensure_store(request, lambda n: progress("binarize", n))

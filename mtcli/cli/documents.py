@@ -10,7 +10,7 @@ from rich.progress import MofNCompleteColumn, Progress
 from mtcli.cli.console import console
 from mtcli.documents.formats import FORMATS
 from mtcli.documents.segments import as_written
-from mtcli.engines.result import report_records
+from mtcli.engines.result import flagged_texts, report_records
 from mtcli.engines.routing import stream
 from mtcli.errors import UserError
 
@@ -30,8 +30,13 @@ def translate_file(
     returns the strings flagged and how many were translated."""
     from mtcli.documents.document import translate_document
 
-    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console,
-                  transient=True, disable=not console.is_terminal) as bar:  # fmt: skip
+    with Progress(
+        *Progress.get_default_columns(),
+        MofNCompleteColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
         task = bar.add_task(Path(src).name, total=None)
 
         flagged: list[str] = []
@@ -45,8 +50,7 @@ def translate_file(
             for t in stream(translator.translate_chunk, lines, chunk_lines):
                 out.append(t.text)
                 written = as_written(t.source) if markup else t.source
-                if t.flagged:  # a whole HTML document's blocks, else the string as written
-                    flagged.extend(t.flagged_parts or [written])
+                flagged.extend(flagged_texts(t, written))
                 strings += 1
                 report.add(report_records(t, strings, "string", written))
                 bar.advance(task)
@@ -65,8 +69,10 @@ def translate_file(
             f"confidence): read them in {output_path}: {shown}{every}"
         )
     if outcome.kept:
-        warn(f"{outcome.kept} of {_strings(outcome.kept + outcome.translated)} kept as their source: "
-             "their translation lost or changed a placeholder or tag")  # fmt: skip
+        warn(
+            f"{outcome.kept} of {_strings(outcome.kept + outcome.translated)} kept as their source: "
+            "their translation lost or changed a placeholder or tag"
+        )
     console.print(f"wrote {output_path} ({_strings(outcome.translated)} translated)", markup=False)
     return flagged, outcome.translated + outcome.kept
 

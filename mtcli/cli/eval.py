@@ -13,7 +13,7 @@ from mtcli.cli.options import build_decode_config, decode_options, engine_option
 from mtcli.data.published_sets import published_set
 from mtcli.data.textio import read_lines
 from mtcli.engines.build import EngineOptions, build_translator, chosen_model, model_for_text
-from mtcli.engines.calibration import WEIGHTS_FILE
+from mtcli.engines.calibration import Calibration
 from mtcli.engines.routing import stream
 from mtcli.training.metrics import (
     BLEU_TOKENIZERS,
@@ -45,7 +45,7 @@ def _systems(
     # a test set's pair: -m's model, else the one installed for it; else by the lines' language
     chosen = chosen_model(model, *direction, warn=warn) if direction else None
     model_dir = chosen or model_for_text(model, sources[:200], warn)
-    judged = (model_dir / WEIGHTS_FILE).is_file()  # the model's own confidence, beside BLEU
+    judged = Calibration.load(model_dir) is not None  # its own confidence, beside BLEU
     options = EngineOptions(**how, warn=warn, confidence=judged)
     translator = build_translator([model_dir], cfg, options)
     done = list(stream(translator.translate_chunk, sources, cfg.chunk_lines))
@@ -147,14 +147,19 @@ def _table(results: dict[str, list[Score]], n_lines: int, judged: dict) -> Table
 
 @click.command("eval")
 @click.option(
-    "--ref", "-r", "refs", multiple=True,
+    "--ref",
+    "-r",
+    "refs",
+    multiple=True,
     help="Reference file (repeat for several references); or --test-set.",
-)  # fmt: skip
+)
 @click.option(
-    "--test-set", "test_set_name", metavar="NAME",
+    "--test-set",
+    "test_set_name",
+    metavar="NAME",
     help="A test set from sacrebleu's catalogue (wmt20, wmt22, ...): its source and references, "
     "downloaded once into $SACREBLEU; with --hyp, scores it, else translates its source.",
-)  # fmt: skip
+)
 @click.option("--langpair", metavar="SRC-TGT", help="The --test-set's language pair (en-zh).")
 @click.option(
     "--hyp", "hyps", multiple=True, help="Hypothesis file, '-' = stdin (repeat to compare systems)."
@@ -199,9 +204,24 @@ def _table(results: dict[str, list[Score]], n_lines: int, judged: dict) -> Table
 @engine_option("the model")
 @decode_options
 def eval_command(
-    refs, test_set_name, langpair, hyps, src, model, tgt_lang, tokenize, chrf_word_order, metrics,
-    with_confidence, bootstrap, as_json, device, threads, engine, **decode,
-) -> None:  # fmt: skip
+    refs,
+    test_set_name,
+    langpair,
+    hyps,
+    src,
+    model,
+    tgt_lang,
+    tokenize,
+    chrf_word_order,
+    metrics,
+    with_confidence,
+    bootstrap,
+    as_json,
+    device,
+    threads,
+    engine,
+    **decode,
+) -> None:
     """Score translations with BLEU, chrF and TER (sacrebleu), with signatures."""
     refs, src, tgt_lang, direction = _inputs(test_set_name, langpair, refs, src, hyps, tgt_lang)
     if bool(src) == bool(hyps):

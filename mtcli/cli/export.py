@@ -15,8 +15,12 @@ from mtcli.errors import UserError
 @click.command("export")
 @click.argument("checkpoints", nargs=-1, required=True)
 @click.option("--out", required=True, help="Model directory to write.")
-@click.option("--fp16/--fp32", default=True, show_default=True, help="Store weights in half precision.")  # fmt: skip
-@click.option("--force", is_flag=True, help="Replace an --out that is not an mtcli model directory.")  # fmt: skip
+@click.option(
+    "--fp16/--fp32", default=True, show_default=True, help="Store weights in half precision."
+)
+@click.option(
+    "--force", is_flag=True, help="Replace an --out that is not an mtcli model directory."
+)
 @click.option(
     "--format",
     "fmt",
@@ -26,8 +30,12 @@ from mtcli.errors import UserError
     help="ctranslate2: for `translate --engine ctranslate2` (pip install 'mtcli[ct2]'); "
     "huggingface: a MarianMT directory for transformers; argos: an .argosmodel package (LibreTranslate).",
 )
-@click.option("--src-lang", type=LANGUAGE_CODE_TYPE, help="Relabel the model's source language (e.g. en).")  # fmt: skip
-@click.option("--tgt-lang", type=LANGUAGE_CODE_TYPE, help="Relabel the model's target language (e.g. de).")  # fmt: skip
+@click.option(
+    "--src-lang", type=LANGUAGE_CODE_TYPE, help="Relabel the model's source language (e.g. en)."
+)
+@click.option(
+    "--tgt-lang", type=LANGUAGE_CODE_TYPE, help="Relabel the model's target language (e.g. de)."
+)
 def export_command(checkpoints, out, fp16, force, fmt, src_lang, tgt_lang) -> None:
     """Average one or more checkpoints into a compact model directory without trainer state.
 

@@ -56,7 +56,9 @@ def heatmap_of(maps, *, kind: str, layer: int, head: int | None) -> Heatmap:
     }[kind]
     weights = select(maps.trace, kind=kind, layer=layer, head=head)
     which = "mean of heads" if head is None else f"head {head}"
-    return Heatmap(weights.to(torch.float32), rows, cols, f"{kind} attention, layer {layer}, {which}")  # fmt: skip
+    return Heatmap(
+        weights.to(torch.float32), rows, cols, f"{kind} attention, layer {layer}, {which}"
+    )
 
 
 def render(heatmap: Heatmap, width: int = 80) -> Group:
@@ -119,7 +121,9 @@ def save_png(heatmap: Heatmap, path: str | Path) -> Path:
         # matplotlib warns once per glyph a font lacks (16 lines for one sentence); the
         # families below hold every glyph of the labels, and any left is not worth a line each
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from")
-        with plt.rc_context({"font.family": label_fonts([*heatmap.rows, *heatmap.cols, heatmap.title])}):  # fmt: skip
+        with plt.rc_context(
+            {"font.family": label_fonts([*heatmap.rows, *heatmap.cols, heatmap.title])}
+        ):
             return _draw(heatmap, path, plt)
 
 

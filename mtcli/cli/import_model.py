@@ -35,14 +35,24 @@ def huggingface(directory, out, force, src_lang, tgt_lang) -> None:
 def ct2_import_options(f):
     """--out, --force, --source-eos and --max-positions, as both CTranslate2 imports take them."""
     options = [
-        click.option("--out", required=True, help="Directory to write (translate it with --engine ctranslate2)."),
+        click.option(
+            "--out",
+            required=True,
+            help="Directory to write (translate it with --engine ctranslate2).",
+        ),
         click.option("--force", is_flag=True, help="Replace an --out that is not mtcli's."),
-        click.option("--source-eos/--no-source-eos", default=None,
-                     help="Whether </s> ends the source pieces.  "
-                     "[default: what the model's config and its converter's convention say]"),
-        click.option("--max-positions", type=click.IntRange(min=2),
-                     help="Source pieces the model takes, </s> included.  [default: 512]"),
-    ]  # fmt: skip
+        click.option(
+            "--source-eos/--no-source-eos",
+            default=None,
+            help="Whether </s> ends the source pieces.  "
+            "[default: what the model's config and its converter's convention say]",
+        ),
+        click.option(
+            "--max-positions",
+            type=click.IntRange(min=2),
+            help="Source pieces the model takes, </s> included.  [default: 512]",
+        ),
+    ]
     for option in reversed(options):
         f = option(f)
     return f
@@ -53,8 +63,9 @@ def _say_ct2(out: str, marker: dict) -> None:
     console.print(
         f"wrote {out} ({marker['src_lang']}->{marker['tgt_lang']}, CTranslate2, sources fed "
         f"{eos} </s>; translate with -m {out} --engine ctranslate2)",
-        markup=False, soft_wrap=True,
-    )  # fmt: skip
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @import_group.command("ctranslate2")
@@ -67,8 +78,9 @@ def ctranslate2(directory, out, force, source_eos, max_positions, src_lang, tgt_
     from mtcli.store.ct2_import import import_ctranslate2
 
     langs = {"src_lang": src_lang, "tgt_lang": tgt_lang}
-    marker = import_ctranslate2(directory, out, force=force, langs=langs,
-                                source_eos=source_eos, max_positions=max_positions)  # fmt: skip
+    marker = import_ctranslate2(
+        directory, out, force=force, langs=langs, source_eos=source_eos, max_positions=max_positions
+    )
     _say_ct2(out, marker)
 
 

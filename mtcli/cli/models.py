@@ -14,7 +14,9 @@ from mtcli.store.registry import ModelInfo, installed, search_path
 
 
 @click.group("models", invoke_without_command=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per model instead of a table.")  # fmt: skip
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object per model instead of a table."
+)
 @click.pass_context
 def models_command(ctx: click.Context, as_json: bool) -> None:
     """List installed models: name, direction, size, parameters, test scores, path.
@@ -61,9 +63,13 @@ def _list(as_json: bool) -> None:
     if as_json:
         for m in found:
             record = {
-                "name": m.name, "direction": m.direction, "size_mb": round(m.size_mb, 1),
-                "parameters": parameters[m.name], "card": m.card, "path": str(m.path),
-            }  # fmt: skip
+                "name": m.name,
+                "direction": m.direction,
+                "size_mb": round(m.size_mb, 1),
+                "parameters": parameters[m.name],
+                "card": m.card,
+                "path": str(m.path),
+            }
             click.echo(json.dumps(record, ensure_ascii=False))
         return
     out = Console(highlight=False)
@@ -83,10 +89,14 @@ def _table(found: list[ModelInfo], parameters: dict) -> Table:
     for m in found:
         count = parameters[m.name]
         table.add_row(
-            m.name, m.direction, f"{m.size_mb:.1f} MB",
+            m.name,
+            m.direction,
+            f"{m.size_mb:.1f} MB",
             "damaged" if count is None else f"{count / 1e6:.2f}M",
-            m.card.get("test_bleu", "-"), m.card.get("test_chrf", "-"), str(m.path),
-        )  # fmt: skip
+            m.card.get("test_bleu", "-"),
+            m.card.get("test_chrf", "-"),
+            str(m.path),
+        )
     return table
 
 

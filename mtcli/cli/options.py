@@ -78,8 +78,13 @@ def decode_options(func):
         number("--batch-tokens", int, d.batch_tokens, "Padded source tokens x beam per batch."),
         number("--no-repeat-ngram", int, 0, "No n-gram of this size twice in an output (0 = off)."),
         number("--device", click.Choice(["auto", "cpu", "cuda"]), "auto"),
-        number("--threads", click.IntRange(min=0, max=int(THREADS.high)), 0, "CPU threads (0 = all available)."),
-    ]  # fmt: skip
+        number(
+            "--threads",
+            click.IntRange(min=0, max=int(THREADS.high)),
+            0,
+            "CPU threads (0 = all available).",
+        ),
+    ]
     for option in reversed(options):
         func = option(func)
     return func

@@ -90,10 +90,14 @@ def _model_paths(models: tuple[str, ...]):
     "--request-timeout", SERVE.request_timeout, "Seconds a request's headers and body may take."
 )
 @_duration("--keep-alive", SERVE.keep_alive, "Seconds an idle connection stays open.")
-@_limit("--max-request-tokens", SERVE.request_tokens, "Source tokens of one request's lines together.")  # fmt: skip
+@_limit(
+    "--max-request-tokens", SERVE.request_tokens, "Source tokens of one request's lines together."
+)
 @_limit("--max-file-bytes", SERVE.max_file_bytes, "Bytes of one document sent to /translate_file.")
 @_duration("--file-timeout", SERVE.file_timeout, "Seconds a document may take to translate.")
-@_duration("--keep-files", SERVE.keep_files, "Seconds a translated document waits for its download.")  # fmt: skip
+@_duration(
+    "--keep-files", SERVE.keep_files, "Seconds a translated document waits for its download."
+)
 @click.option(
     "--api-key",
     envvar="MTCLI_API_KEY",
@@ -111,7 +115,7 @@ def _model_paths(models: tuple[str, ...]):
 @decode_options
 def serve_command(
     models, host, port, api_key, shutdown_timeout, engine, device, threads, **options
-) -> None:  # fmt: skip
+) -> None:
     """Serve translation over HTTP: LibreTranslate's API, mtcli's own, and a web page at /.
 
     \b
@@ -121,7 +125,9 @@ def serve_command(
     limits = {LIMITS.get(name, name): options.pop(name) for name in _limit_names()}
     decode_cfg = build_decode_config(**options)
     if limits["max_beam"] and limits["max_beam"] < (beam := decode_cfg.beam_size):
-        raise UserError(f"--max-beam {limits['max_beam']}: below --beam-size {beam}, the server's own")  # fmt: skip
+        raise UserError(
+            f"--max-beam {limits['max_beam']}: below --beam-size {beam}, the server's own"
+        )
     paths = _model_paths(models)
     try:
         import uvicorn
@@ -131,9 +137,13 @@ def serve_command(
     except ImportError as e:
         raise UserError(f"mtcli serve needs {e.name}: pip install 'mtcli[serve]'") from None
     sock = serve.listening_socket(host, port)  # before torch and the models: see its docstring
-    load = loader(paths, engine, device, threads, ready=lambda line: console.print(line, markup=False))  # fmt: skip
+    load = loader(
+        paths, engine, device, threads, ready=lambda line: console.print(line, markup=False)
+    )
     cfg = ServeConfig(**limits, api_key=api_key, decode=decode_cfg)
-    app = serve.create_app(serve.Models(load), cfg, log=lambda line: console.print(line, markup=False))  # fmt: skip
+    app = serve.create_app(
+        serve.Models(load), cfg, log=lambda line: console.print(line, markup=False)
+    )
     console.print(f"serving on http://{host}:{port}  (web page /, API docs /docs)", markup=False)
     _run(uvicorn, app, sock, cfg, shutdown_timeout)
 
@@ -145,10 +155,14 @@ def _run(uvicorn, app, sock, cfg, shutdown_timeout: int) -> None:
 
     server = uvicorn.Server(
         uvicorn.Config(
-            app, log_level="warning", access_log=False, timeout_graceful_shutdown=shutdown_timeout,
-            http=protocol(cfg.request_timeout, cfg.max_connections), timeout_keep_alive=cfg.keep_alive,
+            app,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=shutdown_timeout,
+            http=protocol(cfg.request_timeout, cfg.max_connections),
+            timeout_keep_alive=cfg.keep_alive,
         )
-    )  # fmt: skip
+    )
     # uvicorn stops gracefully on SIGTERM/SIGINT, then raises the signal again to the handler
     # that was there before it: a quiet one, so a clean shutdown exits 0, not by the signal
     for sig in (signal.SIGINT, signal.SIGTERM):

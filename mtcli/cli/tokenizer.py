@@ -51,9 +51,17 @@ def tokenizer() -> None:
 )
 @click.option("--force", is_flag=True, help="Replace an --out that is not a tokenizer directory.")
 def train(
-    src, tgt, out, vocab_size, joint, character_coverage, input_sentence_size, seed, placeholders,
+    src,
+    tgt,
+    out,
+    vocab_size,
+    joint,
+    character_coverage,
+    input_sentence_size,
+    seed,
+    placeholders,
     force,
-) -> None:  # fmt: skip
+) -> None:
     """Train sentencepiece BPE on a parallel corpus."""
     opts = TokenizerOptions(
         vocab_size, joint, character_coverage, input_sentence_size, seed, placeholders

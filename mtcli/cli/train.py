@@ -167,7 +167,9 @@ def init_layer(init: str) -> Layer:
         if isinstance(config.get(k), str) and config[k]
     }
     where = f"{init}/config.json"
-    return Layer({**langs, "model": config["model"]}, lambda k, v: f"{where}: {k} = {v!r}", strict=False)  # fmt: skip
+    return Layer(
+        {**langs, "model": config["model"]}, lambda k, v: f"{where}: {k} = {v!r}", strict=False
+    )
 
 
 def store_layer(data: str) -> Layer:
@@ -265,11 +267,12 @@ def _found_validation(cfg: TrainConfig, base: list[Layer]) -> str | None:
 
 def assemble_config(
     config_path, flags: dict, resume: str | None, restart: bool, preset: str | None = None
-) -> TrainConfig:
+) -> tuple[TrainConfig, list[Layer], list[Layer]]:
     """The run's TrainConfig, on the settings of the checkpoint it would continue from (its
-    languages not yet settled: `labelled` does that, once the inputs are checked)."""
+    languages not yet settled: `labelled` does that, once the inputs are checked), with the
+    layers it was built from: the base (checkpoint, preset, config) and what was requested."""
     base, requested = settings_layers(config_path, flags, resume, restart, preset)
-    return build_from_layers(TrainConfig, base + requested)
+    return build_from_layers(TrainConfig, base + requested), base, requested
 
 
 def labelled(
@@ -339,7 +342,9 @@ def list_presets(ctx, param, value) -> None:
 @click.option("--vocab-size", type=int, help="Pieces of the tokenizer trained into OUT/tokenizer.")
 @click.option("--init", help="Start from this model's weights, shape and tokenizer (fine-tuning).")
 @click.option("--out", help="Output directory for checkpoints.  [default: runs/model]")
-@click.option("--resume", type=click.Path(), help="Continue from this checkpoint (default: OUT's newest).")  # fmt: skip
+@click.option(
+    "--resume", type=click.Path(), help="Continue from this checkpoint (default: OUT's newest)."
+)
 @click.option("--restart", is_flag=True, help="Start over even if OUT holds a run to continue.")
 @click.option(
     "--force",
@@ -356,7 +361,9 @@ def list_presets(ctx, param, value) -> None:
     "--max-ratio", type=float, help="Drop pairs whose length ratio is above this.  [default: 9]"
 )
 @click.option("--valid-every", type=int, help="Steps between validations.  [default: 500]")
-@click.option("--valid-bleu-lines", type=int, help="Validation lines translated for BLEU.  [default: 500]")  # fmt: skip
+@click.option(
+    "--valid-bleu-lines", type=int, help="Validation lines translated for BLEU.  [default: 500]"
+)
 @click.option("--save-every", type=int, help="Steps between checkpoints (0 = at every validation).")
 @click.option(
     "--save-every-minutes", type=float, help="Refresh OUT/last at least this often.  [default: 10]"
@@ -401,7 +408,9 @@ def list_presets(ctx, param, value) -> None:
 @click.option("--n-dec-layers", type=int, help="[default: 3]")
 @click.option("--d-ff", type=int, help="[default: 1024]")
 @click.option("--dropout", type=float, help="[default: 0.1]")
-@click.option("--pre-norm/--post-norm", default=None, help="LayerNorm placement.  [default: post-norm]")  # fmt: skip
+@click.option(
+    "--pre-norm/--post-norm", default=None, help="LayerNorm placement.  [default: post-norm]"
+)
 @click.option("--activation", type=click.Choice(["relu", "gelu", "swish"]), help="[default: relu]")
 @click.option(
     "--attention",
@@ -417,8 +426,7 @@ def train_command(preset, config_path, resume, restart, force, **flags) -> None:
     """
     if resume and restart:
         raise click.UsageError("--resume and --restart exclude each other")
-    base, requested = settings_layers(config_path, flags, resume, restart, preset)
-    cfg = build_from_layers(TrainConfig, base + requested)
+    cfg, base, requested = assemble_config(config_path, flags, resume, restart, preset)
     from mtcli.training.checks import check_inputs
 
     check_inputs(cfg, force)  # without torch: a wrong file or --out is one line at once
@@ -428,14 +436,25 @@ def train_command(preset, config_path, resume, restart, force, **flags) -> None:
     import_torch()  # only once the settings and inputs are known to be good
     told = bool(preset or config_path)
     cfg, choices = planned_for_corpus(cfg, base, requested, told, resume, restart)
+    result = _train_with_progress(cfg, resume, restart, force, notes, choices)
+    console.print(_summary(result), soft_wrap=True, markup=False)
+
+
+def _train_with_progress(cfg: TrainConfig, resume, restart: bool, force: bool, notes, choices):
+    """The run, its progress on stderr; its TrainResult."""
     from mtcli.training.loop import train
 
     with ProgressReporter() as reporter:
-        result = train(
-            cfg, reporter, resume=resume, restart=restart, force=force, inputs_checked=True,
-            notes=tuple(notes), choices=tuple(choices),
-        )  # fmt: skip
-    console.print(_summary(result), soft_wrap=True, markup=False)
+        return train(
+            cfg,
+            reporter,
+            resume=resume,
+            restart=restart,
+            force=force,
+            inputs_checked=True,
+            notes=tuple(notes),
+            choices=tuple(choices),
+        )
 
 
 def planned_for_corpus(cfg: TrainConfig, base, requested, told: bool, resume, restart: bool):

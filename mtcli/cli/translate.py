@@ -71,10 +71,15 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     multiple=True,
     help="Model name (`mtcli models`) or directory; repeat for an ensemble.  [default: by the script of each line]",
 )
-@click.option("--from", "src_lang", help="Source language: use the installed model from it (e.g. zh).")  # fmt: skip
-@click.option("--to", "tgt_lang",
-              help="Target language: use the installed model into it (e.g. en); with a model "
-              "writing several (OPUS-MT's >>cmn_Hant<<), the one it writes.")  # fmt: skip
+@click.option(
+    "--from", "src_lang", help="Source language: use the installed model from it (e.g. zh)."
+)
+@click.option(
+    "--to",
+    "tgt_lang",
+    help="Target language: use the installed model into it (e.g. en); with a model "
+    "writing several (OPUS-MT's >>cmn_Hant<<), the one it writes.",
+)
 @click.option(
     "--input",
     "-i",
@@ -102,8 +107,12 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
 )
 @click.option("--temperature", type=float, help="Sampling: softmax(logits / T).  [default: 1.0]")
 @click.option("--top-k", type=int, help="Sampling: the k most probable tokens only (0 = all).")
-@click.option("--top-p", type=float, help="Sampling: the smallest set of tokens holding this probability.")  # fmt: skip
-@click.option("--seed", type=int, help="Sampling: the same seed draws the same outputs.  [default: 0]")  # fmt: skip
+@click.option(
+    "--top-p", type=float, help="Sampling: the smallest set of tokens holding this probability."
+)
+@click.option(
+    "--seed", type=int, help="Sampling: the same seed draws the same outputs.  [default: 0]"
+)
 @click.option(
     "--glossary",
     type=click.Path(dir_okay=False),
@@ -120,22 +129,32 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     help="int8: dynamic quantization of the Linear layers (CPU); none: fp32.  "
     "[default: the model's recommendation, else none]",
 )
-@click.option("--html", is_flag=True, help="Each line is HTML: tags kept around the words they enclosed.")  # fmt: skip
-@click.option("--align", is_flag=True, help="Add source-target word alignments (tsv: last column; jsonl).")  # fmt: skip
 @click.option(
-    "--confidence/--no-confidence", default=None,
+    "--html", is_flag=True, help="Each line is HTML: tags kept around the words they enclosed."
+)
+@click.option(
+    "--align", is_flag=True, help="Add source-target word alignments (tsv: last column; jsonl)."
+)
+@click.option(
+    "--confidence/--no-confidence",
+    default=None,
     help="A calibrated confidence per line (jsonl: confidence, flagged; tsv: 4th column); the "
     "flagged lines named on stderr. --no-confidence saves its ~60% of a beam-5 decode.  "
     "[default: on, where the model has fitted weights and a search decodes]",
-)  # fmt: skip
+)
 @click.option(
-    "--min-confidence", type=FiniteRange(0, 1), metavar="X",
+    "--min-confidence",
+    type=FiniteRange(0, 1),
+    metavar="X",
     help="A line less sure than X is written as its source, after --unsure-marker (implies --confidence).",
-)  # fmt: skip
+)
 @click.option(
-    "--unsure-marker", type=UTF8_TEXT, default="[?] ", show_default=True,
+    "--unsure-marker",
+    type=UTF8_TEXT,
+    default="[?] ",
+    show_default=True,
     help="What --min-confidence puts before a source it writes ('' for none).",
-)  # fmt: skip
+)
 @click.option("--quiet", "-q", is_flag=True, help="No warnings on stderr.")
 @click.option(
     "--report",
@@ -143,14 +162,38 @@ def _input_lines(text: tuple[str, ...], input_file, chunk_lines: int):
     help="Write every line (or document string) to read with care to FILE, as JSON lines: "
     "its number, source, translation, confidence and why.",
 )
-@click.option("--file-format",
-              help="FILE's format: txt srt vtt json po md html docx.  [default: its extension]")  # fmt: skip
+@click.option(
+    "--file-format",
+    help="FILE's format: txt srt vtt json po md html docx.  [default: its extension]",
+)
 @decode_options
 def translate_command(
-    text, models, src_lang, tgt_lang, input_file, output_path, force, fmt, prefix, sample,
-    temperature, top_k, top_p, seed, glossary, trace, engine, quantize, html, align, confidence,
-    min_confidence, unsure_marker, quiet, report, file_format, device, threads, **decode,
-) -> None:  # fmt: skip
+    text,
+    models,
+    src_lang,
+    tgt_lang,
+    input_file,
+    output_path,
+    force,
+    fmt,
+    prefix,
+    sample,
+    glossary,
+    trace,
+    engine,
+    quantize,
+    html,
+    align,
+    confidence,
+    min_confidence,
+    unsure_marker,
+    quiet,
+    report,
+    file_format,
+    device,
+    threads,
+    **decode,
+) -> None:
     """Translate TEXT, or stdin line by line (one output line per input line), or a document
     FILE (.txt .srt .vtt .json .po .md .html .docx) into -o OUT, keeping all that is not text.
 
@@ -167,27 +210,51 @@ def translate_command(
     lines_only = fmt != "text" or trace or align or prefix or min_confidence is not None
     document = _document(text, file_format, output_path, lines_only)
     markup = html or bool(document and FORMATS[document].markup)  # its strings are HTML
-    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    sampling = {name: decode[name] for name in ("temperature", "top_k", "top_p", "seed")}
     confidence, asked = _confidence_wanted(confidence, min_confidence, sample, engine)
     _check_combinations(fmt, sample, sampling, trace, align, glossary, html, prefix, asked)
-    cfg = build_decode_config(sample=sample, **sampling, **decode)
+    cfg = build_decode_config(sample=sample, **decode)
     reading = None if text else input_file or sys.stdin
     check_output_file(output_path, "--output", force, reading=reading)
     check_report_file(report, output_path, force, reading)
-    options = EngineOptions(
-        engine, device, threads, quantize or "", align, trace, _glossary(glossary), _warner(quiet), html=markup,
-        confidence=confidence, confidence_asked=asked, target_language=tgt_lang or "",
-        pass_target=bool(tgt_lang and not src_lang),
-    )  # fmt: skip
-    paths = [chosen_model(m, warn=options.warn) for m in models] or [
-        chosen_model(None, src_lang, tgt_lang, options.warn)
-    ]
+    engine_flags = (engine, device, threads, quantize, align, trace, glossary, quiet, markup)
+    options = _engine_options(*engine_flags, (confidence, asked), (src_lang, tgt_lang))
+    paths = _model_paths(models, src_lang, tgt_lang, options.warn)
     translator = build_translator(paths, cfg, options)
     with ReportFile(report) as to_read:
         writer = ResultWriter(fmt, trace, min_confidence, unsure_marker, to_read)
         where = (document, text, input_file, output_path, prefix, quiet)
         flagged, lines = _translate(translator, cfg, where, options.warn, writer)
     _point_to_a_bigger_model(paths[0], flagged, lines, options.warn)
+
+
+def _engine_options(
+    engine, device, threads, quantize, align, trace, glossary, quiet, markup, wanted, languages
+) -> EngineOptions:
+    """The engine's options from translate's flags (`wanted`: the confidence and whether it
+    was asked for; `languages`: -s and -t)."""
+    (confidence, asked), (src_lang, tgt_lang) = wanted, languages
+    return EngineOptions(
+        engine,
+        device,
+        threads,
+        quantize or "",
+        align,
+        trace,
+        _glossary(glossary),
+        _warner(quiet),
+        html=markup,
+        confidence=confidence,
+        confidence_asked=asked,
+        target_language=tgt_lang or "",
+        pass_target=bool(tgt_lang and not src_lang),
+    )
+
+
+def _model_paths(models, src_lang, tgt_lang, warn) -> list:
+    """The models each -m names, else the installed model for -s/-t (None: each line's)."""
+    chosen = [chosen_model(m, warn=warn) for m in models]
+    return chosen or [chosen_model(None, src_lang, tgt_lang, warn)]
 
 
 def _translate(translator, cfg, where: tuple, warn, writer: ResultWriter):
@@ -272,8 +339,10 @@ class ResultWriter:
         if self.lines == 1:
             confidence = self.flagged[0][1]
             sure = f" (confidence {confidence:.2f})" if confidence is not None else ""
-            return (f"the translation is flagged as unreliable{sure}: a part of the sentence or a "
-                    "fact in it may be lost or changed; read it against the source")  # fmt: skip
+            return (
+                f"the translation is flagged as unreliable{sure}: a part of the sentence or a "
+                "fact in it may be lost or changed; read it against the source"
+            )
         n = len(self.flagged)
         numbers = ", ".join(str(line) for line, _ in self.flagged[:FLAGGED_NAMED])
         more = ", ..." if n > FLAGGED_NAMED else ""
@@ -371,7 +440,10 @@ def _split_inputs(chunk: list[str], fmt: str, prefix: str | None):
 def render_trace(result) -> str:
     """The steps of a search as a plain table: per step and beam, the token fed back into the
     decoder, the beam's score, and the most probable next tokens; then what finished."""
-    out = [f"trace of: {result.source}", "step  beam  fed           score  next tokens (probability)"]  # fmt: skip
+    out = [
+        f"trace of: {result.source}",
+        "step  beam  fed           score  next tokens (probability)",
+    ]
     for step in result.trace:
         for b, beam in enumerate(step["beams"]):
             nexts = "  ".join(f"{piece} {p:.2f}" for _, piece, p in beam["next"])

@@ -10,3 +10,18 @@ ALPHA3 = {"eng": "en", "zho": "zh", "cmn": "zh", "deu": "de", "fra": "fr", "spa"
 def two_letter(code: str) -> str:
     """`code` as mtcli names the language: eng -> en; a code it does not know, unchanged."""
     return ALPHA3.get(code, code)
+
+
+# a language's name in English, as LibreTranslate's /languages and Argos's packages show it
+LANGUAGE_NAMES = {
+    "en": "English",
+    "zh": "Chinese",
+    "de": "German",
+    "fr": "French",
+    "es": "Spanish",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "ru": "Russian",
+    "it": "Italian",
+    "pt": "Portuguese",
+}

@@ -101,8 +101,14 @@ def _entries(Dataset, ids: list) -> list:
 def _prepare(Dataset, langs: tuple, tmp: Path, ids: list, cache: Path) -> None:
     """mtdata's own fetch, parse and merge into `tmp`; a failed download is one line."""
     try:
-        Dataset.prepare(langs, tmp, dataset_ids={"train": ids}, cache_dir=cache, merge_train=True,
-                        fail_on_error=True)  # fmt: skip
+        Dataset.prepare(
+            langs,
+            tmp,
+            dataset_ids={"train": ids},
+            cache_dir=cache,
+            merge_train=True,
+            fail_on_error=True,
+        )
     except UserError:
         raise
     except Exception as e:  # requests', mtdata's and the parsers' own errors
@@ -122,6 +128,10 @@ def _record(tmp: Path, ids: list, langs: tuple) -> dict:
     with open(tmp / src, "rb") as f:
         pairs = sum(1 for _ in f)
     return {
-        "datasets": [str(d) for d in ids], "src": src, "tgt": tgt, "pairs": pairs,
-        "src_lang": _short(langs[0]), "tgt_lang": _short(langs[1]),
-    }  # fmt: skip
+        "datasets": [str(d) for d in ids],
+        "src": src,
+        "tgt": tgt,
+        "pairs": pairs,
+        "src_lang": _short(langs[0]),
+        "tgt_lang": _short(langs[1]),
+    }

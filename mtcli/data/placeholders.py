@@ -19,13 +19,24 @@ from __future__ import annotations
 import re
 import struct
 
-# the span kinds (text/spans.py finds them) a placeholder stands for; a plain number is not one
-# of them: the model reads it (3 hours, 8:15) and writes it the way the target language does
+# the span kinds (text/spans.py finds them) a placeholder stands for (piece_kind: which)
 SPAN_KINDS = (
     "url", "email", "code", "ph", "date", "time", "phone", "price", "pct", "ver", "term", "num",
 )  # fmt: skip
 PER_SENTENCE = 3  # pieces of one kind a sentence can hold; a 4th span travels as a stand-in
 TAGS = 3  # inline tag pairs a sentence can hold
+
+
+def piece_kind(span_kind: str, training: bool = False) -> str | None:
+    """The placeholder kind a span of text/spans.py's `span_kind` travels as (None: as itself).
+
+    A plain number has none in translation: the model reads it and writes it the target's way
+    (3 hours, 8:15). In training, a plain number written alike on both sides does become a
+    `num` piece, on purpose: it teaches the piece as "copy the source's value", which is what
+    a number with a magnitude word (`num`, rendered by value: 40 million -> 4000万) needs."""
+    if span_kind == "number":
+        return "num" if training else None
+    return span_kind if span_kind in SPAN_KINDS else "ph"
 
 
 def span_piece(kind: str, n: int) -> str:
@@ -45,6 +56,8 @@ def all_pieces() -> list[str]:
 
 
 PIECE = re.compile(r"｟/?[a-z]+\d｠")  # any placeholder as written in a line
+# as a model may write one in a line it cased (an upper-case target: ｟URL1｠)
+PIECE_ANY_CASE = re.compile(PIECE.pattern.replace("a-z", "A-Za-z"))
 TAG_PIECE = re.compile(r"｟/?t\d｠")
 
 

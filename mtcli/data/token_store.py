@@ -207,9 +207,13 @@ def encode_pairs(
 
 
 def _encode_into(
-    writers: dict, lines, tokenizer: Tokenizer, filters: Filters, threads: int = 1,
+    writers: dict,
+    lines,
+    tokenizer: Tokenizer,
+    filters: Filters,
+    threads: int = 1,
     progress: Progress = lambda n: None,
-) -> CorpusStats:  # fmt: skip
+) -> CorpusStats:
     """Encode and filter `lines` chunk by chunk into each side's writer; what was kept and dropped."""
     stats = CorpusStats()
     for chunk in chunks_of(lines, CHUNK_PAIRS):
@@ -272,8 +276,13 @@ class _SideWriter:
                 f.close()
 
     def in_memory(self) -> Side:
-        dtypes = {"ids": self.id_dtype, "offsets": np.int64, "lengths": self.len_dtype,
-                  "text": np.uint8, "text_offsets": np.int64}  # fmt: skip
+        dtypes = {
+            "ids": self.id_dtype,
+            "offsets": np.int64,
+            "lengths": self.len_dtype,
+            "text": np.uint8,
+            "text_offsets": np.int64,
+        }
         arrays = {
             name: np.concatenate(parts) if parts else np.zeros(0, dtypes[name])
             for name, parts in self.files.items()
@@ -401,9 +410,12 @@ def ensure_store(req: BinarizeRequest, progress: Progress = lambda n: None) -> t
 
 
 def binarize(
-    req: BinarizeRequest, lines: Iterator[tuple[int, str, str]], key: dict, corpus: list[dict],
+    req: BinarizeRequest,
+    lines: Iterator[tuple[int, str, str]],
+    key: dict,
+    corpus: list[dict],
     progress: Progress = lambda n: None,
-) -> dict:  # fmt: skip
+) -> dict:
     """Encode `lines` into a new store at req.out (built aside, renamed into place); returns
     its manifest. Streams in chunks of CHUNK_PAIRS: memory stays flat whatever the corpus."""
     tokenizer = Tokenizer.load(req.tokenizer_dir)
@@ -466,8 +478,11 @@ def open_store(path: str | Path) -> TokenStore:
     sides = {}
     for side in SIDES:
         dt = manifest["dtypes"][side]
-        spec = {"ids": (dt["ids"], manifest["tokens"][side]), "offsets": ("int64", n + 1),
-                "lengths": (dt["lengths"], n)}  # fmt: skip
+        spec = {
+            "ids": (dt["ids"], manifest["tokens"][side]),
+            "offsets": ("int64", n + 1),
+            "lengths": (dt["lengths"], n),
+        }
         if manifest["key"]["keep_text"]:
             spec.update(text=("uint8", None), text_offsets=("int64", n + 1))
         arrays = {

@@ -152,8 +152,10 @@ def train_tokenizer(
     for name, n in samples.items():
         if n:
             which = "" if opts.joint else f" ({name})"
-            say(f"tokenizer{which}: {counts[name]:,} sentences; training on a random sample of {n:,} "
-                "(--input-sentence-size sets the number)")  # fmt: skip
+            say(
+                f"tokenizer{which}: {counts[name]:,} sentences; training on a random sample of {n:,} "
+                "(--input-sentence-size sets the number)"
+            )
     with built_aside(out, META_FILE) as tmp:
         if opts.joint:
             _train_one(_iter_lines([src, tgt]), tmp / "spm", opts, [src, tgt], samples["joint"])
@@ -202,8 +204,14 @@ class Tokenizer:
         meta = read_meta(directory)
         src = _load_processor(directory / meta["src_model"])
         tgt = src if meta["joint"] else _load_processor(directory / meta["tgt_model"])
-        return cls(src, tgt, meta["joint"], meta.get("placeholders"), meta.get("target_tokens"),
-                   meta.get("target_token"))  # fmt: skip
+        return cls(
+            src,
+            tgt,
+            meta["joint"],
+            meta.get("placeholders"),
+            meta.get("target_tokens"),
+            meta.get("target_token"),
+        )
 
     def for_target(self, asked: str) -> Tokenizer:
         """This tokenizer writing `asked` (cmn_Hant, or >>cmn_Hant<<) where the model writes
@@ -231,6 +239,10 @@ class Tokenizer:
 
     def encode_src(self, text: str) -> list[int]:
         return self._prefix + self.src.encode(text)
+
+    def source_tokens(self, text: str) -> int:
+        """The tokens a line takes of a batch's budget and of the model's positions."""
+        return len(self.encode_src(text))
 
     def encode_tgt(self, text: str) -> list[int]:
         return self.tgt.encode(text)
@@ -373,7 +385,7 @@ class BpeDropout:
                 self.sp.piece_to_id(piece)
                 for word in self._words(t)
                 for piece in ([word] if PIECE.fullmatch(word) else self._merge(word, p, rng))
-            ]  # fmt: skip
+            ]
             for t in texts
         ]
 
@@ -437,3 +449,8 @@ def piece_words(pieces: list[str], by_space: bool) -> list[int]:
             index += 1
         out.append(index)
     return out
+
+
+def word_count(pieces: list[str], by_space: bool) -> int:
+    """How many words `pieces` hold, as piece_words counts them."""
+    return piece_words(pieces, by_space)[-1] + 1 if pieces else 0

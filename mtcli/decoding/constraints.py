@@ -182,9 +182,10 @@ def _unglued(
 ) -> Tensor:
     """(beams, V) with -inf for tokens of `starts` after a token of `ends`, outside a phrase."""
     rows = [
-        r for r, (tokens, _, progress) in enumerate(beams)
+        r
+        for r, (tokens, _, progress) in enumerate(beams)
         if tokens and tokens[-1] in ends and progress.phrase < 0
-    ]  # fmt: skip
+    ]
     if rows:
         log_probs = log_probs.clone()
         log_probs[torch.tensor(rows)[:, None], torch.tensor(sorted(starts))[None, :]] = NEG_INF

@@ -53,9 +53,14 @@ def greedy(
     """
     B, device = src_ids.size(0), src_ids.device
     search = Search.start(
-        models, src_ids, src_mask, max_len_a=max_len_a, max_len_b=max_len_b,
-        use_cache=use_cache, with_attention=with_attention,
-    )  # fmt: skip
+        models,
+        src_ids,
+        src_mask,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        use_cache=use_cache,
+        with_attention=with_attention,
+    )
     max_lens, n_steps = search.max_lens, search.n_steps
     tokens = torch.full((B, n_steps), PAD_ID, dtype=torch.long, device=device)  # per sentence
     raw = torch.zeros(B, device=device)
@@ -65,7 +70,9 @@ def greedy(
     for step in range(n_steps):
         so_far = tokens[rows, :step]  # (N, step)
         shown = raw[rows].masked_fill(done, NEG_INF) if tracer is not None else None
-        best_lp, best = search.candidates(so_far, step, rows, max_lens[rows], 1, rules, tracer, shown)  # fmt: skip
+        best_lp, best = search.candidates(
+            so_far, step, rows, max_lens[rows], 1, rules, tracer, shown
+        )
         best_lp, best = best_lp[:, 0], best[:, 0]  # (N,)
         live = rows[~done]
         tokens[live, step] = best[~done]
@@ -83,12 +90,22 @@ def greedy(
             stay = (~done).nonzero().squeeze(1)
             rows, done = rows[stay], done[stay]
             search.stepper.select(stay, stay)
+    return _greedy_hypotheses(tokens, raw, lengths, alpha, search.recorder, src_mask)
+
+
+def _greedy_hypotheses(
+    tokens: Tensor, raw: Tensor, lengths: Tensor, alpha: float, recorder, src_mask: Tensor
+) -> list[Hypothesis]:
+    """Each sentence's tokens (B, T), summed log-probability (B,) and length (B,) as its
+    hypothesis, length-penalised, with its attention where a recorder kept it."""
     scores = raw / length_penalty(lengths.float(), alpha)
-    hyps = [Hypothesis(strip_special(tokens[b].tolist()), float(scores[b])) for b in range(B)]
-    if search.recorder is not None:
+    hyps = [
+        Hypothesis(strip_special(t.tolist()), float(s)) for t, s in zip(tokens, scores, strict=True)
+    ]
+    if recorder is not None:
         src_lens = src_mask.sum(dim=1).tolist()
         for b, h in enumerate(hyps):  # a sentence stays in its row: row b at every step
-            h.attention = search.recorder.trace(b, src_lens[b], [b] * int(lengths[b]))
+            h.attention = recorder.trace(b, src_lens[b], [b] * int(lengths[b]))
     return hyps
 
 
@@ -99,7 +116,9 @@ class _Beams:
 
     def __init__(self, B: int, k: int, n_steps: int, device: torch.device):
         self.k, self.n_steps, self.device = k, n_steps, device
-        self.alive_tokens = torch.full((B, k, 0), PAD_ID, dtype=torch.long, device=device)  # (B, k, t)  # fmt: skip
+        self.alive_tokens = torch.full(
+            (B, k, 0), PAD_ID, dtype=torch.long, device=device
+        )  # (B, k, t)
         self.alive_raw = torch.full((B, k), NEG_INF, device=device)  # summed log-probs
         self.alive_raw[:, 0] = 0.0  # one real start; the copies would only duplicate it
         self.fin_tokens = torch.full((B, k, n_steps), PAD_ID, dtype=torch.long, device=device)
@@ -123,7 +142,7 @@ class _Beams:
             self.alive_raw.view(-1),
         )
 
-    def extend(self, step: int, row_raw: Tensor, row_token: Tensor, alpha: float, tracer) -> Tensor:  # fmt: skip
+    def extend(self, step: int, row_raw: Tensor, row_token: Tensor, alpha: float, tracer) -> Tensor:
         """Keep each sentence's k best continuations of the rows' candidates (row_raw,
         row_token (Ba*k, kk)): those ending in EOS join the finished pool, the others stay
         live. Returns (Ba, k): the decoder row each kept continuation came from."""
@@ -133,9 +152,11 @@ class _Beams:
         top_beam = top_idx // kk  # (Ba, k)
         top_token = row_token.view(Ba, k * kk).gather(1, top_idx)  # (Ba, k)
         is_eos = (top_token == EOS_ID) & torch.isfinite(top_raw)
-        prefix = self.alive_tokens.gather(1, top_beam[:, :, None].expand(-1, -1, step))  # (Ba, k, step)  # fmt: skip
+        prefix = self.alive_tokens.gather(
+            1, top_beam[:, :, None].expand(-1, -1, step)
+        )  # (Ba, k, step)
         rows = torch.arange(Ba, device=self.device)[:, None] * k + top_beam  # (Ba, k)
-        self._finish(step, is_eos, top_raw / length_penalty(step + 1, alpha), prefix, rows, tracer)  # fmt: skip
+        self._finish(step, is_eos, top_raw / length_penalty(step + 1, alpha), prefix, rows, tracer)
         # the other continuations stay live; a finished slot is dead (-inf) from now on
         self.alive_raw = top_raw.masked_fill(is_eos, NEG_INF)
         self.alive_tokens = torch.cat([prefix, top_token[:, :, None]], dim=2)  # (Ba, k, step + 1)
@@ -173,7 +194,10 @@ class _Beams:
         return stay, stay_rows
 
     def results(self, nbest: int) -> list[list[Hypothesis]]:
-        self.out_tokens[self.active], self.out_scores[self.active] = self.fin_tokens, self.fin_scores  # fmt: skip
+        self.out_tokens[self.active], self.out_scores[self.active] = (
+            self.fin_tokens,
+            self.fin_scores,
+        )
         return _collect(self.out_tokens, self.out_scores, nbest)
 
 
@@ -195,32 +219,36 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """Beam search. src_ids, src_mask (B, S) -> for each sentence its `nbest` best hypotheses.
 
-    Each step keeps the k best continuations of the live beams. Those that end in EOS are
-    finished and keep their slot, so the beam narrows as hypotheses finish (as in Marian and
-    Nematus): a beam of 1 is exactly greedy, and a beam as wide as the number of possible
-    outputs is exhaustive search. A sentence is done when no beam is live, or when its best
-    live raw score, divided by the largest length penalty it could still reach, cannot beat
-    its nbest-th finished score; it leaves the batch (unless attention is recorded).
+    Each step keeps the k best continuations of the live beams (found among the k best of
+    each beam: k*k candidates, not k*V). Those that end in EOS are finished and keep their
+    slot, so the beam narrows as hypotheses finish (as in Marian and Nematus): a beam of 1 is
+    exactly greedy, and a beam as wide as the number of possible outputs is exhaustive
+    search. A sentence is done when no beam is live, or when its best live raw score, divided
+    by the largest length penalty it could still reach, cannot beat its nbest-th finished
+    score; it leaves the batch (unless attention is recorded).
     """
     B, k = src_ids.size(0), beam_size
     search = Search.start(
-        models, src_ids, src_mask, max_len_a=max_len_a, max_len_b=max_len_b,
-        use_cache=use_cache, with_attention=with_attention,
-    )  # fmt: skip
+        models,
+        src_ids,
+        src_mask,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        use_cache=use_cache,
+        with_attention=with_attention,
+    )
     stepper, max_lens = search.stepper, search.max_lens
     beams = _Beams(B, k, search.n_steps, src_ids.device)
-    # a recorded or traced search keeps a row for every beam, so that rows stay put
-    keep_all = search.recorder is not None or tracer is not None
-    rows = _Rows(B, k, keep_all, src_ids.device)
+    rows = _Rows(B, k, search.recorder is not None or tracer is not None, src_ids.device)
     row_max = max_lens.repeat_interleave(k)  # (B*k,)
     for step in range(search.n_steps):
         so_far, sentence, shown = beams.rows(step)
         shown = shown if tracer is not None else None  # the scores a tracer shows; none to pick
         limit = max_lens if step == 0 else row_max  # max_lens >= 1: no EOS is forced at step 0
         so_far, sentence, limit, shown = rows.of_this_step(so_far, sentence, limit, shown)
-        # a sentence's k best continuations are among the k best of each of its beams, so
-        # the search looks at k*k candidates, not k*V (no (Ba, k*V) sum to build and scan)
-        row_raw, row_token = search.candidates(so_far, step, sentence, limit, k, rules, tracer, shown)  # fmt: skip
+        row_raw, row_token = search.candidates(
+            so_far, step, sentence, limit, k, rules, tracer, shown
+        )
         parents = beams.extend(step, *rows.per_beam(row_raw, row_token), alpha, tracer).view(-1)
         hopeless = _hopeless(beams.alive_raw, beams.fin_scores, max_lens, nbest, alpha)  # (Ba, k)
         done = hopeless.all(dim=1) | (step >= max_lens)
@@ -233,11 +261,7 @@ def beam_search(
             stay, stay_beams = beams.leave(done)
             parents, max_lens, row_max = parents[stay_beams], max_lens[stay], row_max[stay_beams]
         rows.follow(parents, beams.alive_raw, stepper, stay)
-    results = beams.results(nbest)
-    if search.recorder is not None:
-        src_lens = src_mask.sum(dim=1).tolist()
-        _attach_attention(results, search.recorder, beams.fin_rows, beams.parents, src_lens)
-    return results
+    return _with_attention(beams.results(nbest), search.recorder, beams, src_mask)
 
 
 class _Rows:
@@ -248,7 +272,8 @@ class _Rows:
     would continue into is kept. Over the 2,000 Tatoeba test lines at beam 5 the decoder
     rows fall by 11% (en-zh-tiny 78,540 -> 69,800; zh-en-tiny 119,400 -> 106,163).
 
-    Step 0 has one row per sentence (all its beams would start from the same BOS).
+    Step 0 has one row per sentence (all its beams would start from the same BOS). A recorded
+    or traced search keeps a row for every beam (`keep_all`), so that rows stay put.
     """
 
     DROP_FINISHED = True  # False keeps a row for every beam (tests compare the two)
@@ -371,10 +396,15 @@ def sample_next(
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
 
 
-def _attach_attention(
-    results, recorder: AttentionRecorder, fin_rows: Tensor, parents: list[Tensor], src_lens
-) -> None:
-    """Follow back-pointers from each hypothesis' EOS row to its first step and trace its attention."""
+def _with_attention(
+    results: list[list[Hypothesis]], recorder: AttentionRecorder | None, beams, src_mask: Tensor
+) -> list[list[Hypothesis]]:
+    """`results`, each hypothesis with its attention where a recorder kept it: back-pointers
+    followed from its EOS row to its first step."""
+    if recorder is None:
+        return results
+    src_lens = src_mask.sum(dim=1).tolist()
+    fin_rows, parents = beams.fin_rows, beams.parents
     for b, hyps in enumerate(results):
         for j, h in enumerate(hyps):
             steps = len(h.tokens) + 1
@@ -383,6 +413,7 @@ def _attach_attention(
                 back.append(int(parents[s][back[-1]]))
             rows = [b] + back[::-1]  # the first step decoded one row per sentence
             h.attention = recorder.trace(b, src_lens[b], rows)
+    return results
 
 
 def _hopeless(

@@ -82,14 +82,20 @@ class Tracer:
     top: int = 5
     steps: list[TraceStep] = field(default_factory=list)
 
-    def record(self, step: int, log_probs: Tensor, tokens: Tensor, raw: Tensor, sentence: Tensor) -> None:  # fmt: skip
+    def record(
+        self, step: int, log_probs: Tensor, tokens: Tensor, raw: Tensor, sentence: Tensor
+    ) -> None:
         probs, ids = log_probs.exp().topk(min(self.top, log_probs.size(-1)), dim=-1)
         rows = [
-            TraceRow(int(sentence[r]), tokens[r].tolist(), float(raw[r]),
-                     [(int(i), float(p)) for i, p in zip(ids[r], probs[r], strict=True) if p > 0])
+            TraceRow(
+                int(sentence[r]),
+                tokens[r].tolist(),
+                float(raw[r]),
+                [(int(i), float(p)) for i, p in zip(ids[r], probs[r], strict=True) if p > 0],
+            )
             for r in range(log_probs.size(0))
             if torch.isfinite(raw[r])
-        ]  # fmt: skip
+        ]
         self.steps.append(TraceStep(step, rows))
 
     def finish(self, sentence: int, tokens: list[int], score: float) -> None:

@@ -250,13 +250,22 @@ class Search:
 
     @classmethod
     def start(
-        cls, models: Models, src_ids: Tensor, src_mask: Tensor, *, max_len_a: float,
-        max_len_b: int, use_cache: bool = True, with_attention: bool = False,
-    ) -> Search:  # fmt: skip
+        cls,
+        models: Models,
+        src_ids: Tensor,
+        src_mask: Tensor,
+        *,
+        max_len_a: float,
+        max_len_b: int,
+        use_cache: bool = True,
+        with_attention: bool = False,
+    ) -> Search:
         max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, output_limit(models))
         n_steps = int(max_lens.max()) + 1
         recorder = AttentionRecorder() if with_attention else None
-        stepper = Stepper(models, src_ids, src_mask, n_steps, use_cache=use_cache, recorder=recorder)  # fmt: skip
+        stepper = Stepper(
+            models, src_ids, src_mask, n_steps, use_cache=use_cache, recorder=recorder
+        )
         return cls(stepper, max_lens, n_steps, recorder)
 
     def candidates(

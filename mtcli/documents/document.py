@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mtcli import files
 from mtcli.data.textio import binary_kind
-from mtcli.documents.formats import FORMATS, convert, missing_library
+from mtcli.documents.formats import FORMATS, convert, extension_of, missing_library
 from mtcli.documents.segments import DocumentError, Outcome, Translate
 from mtcli.errors import UserError
 
@@ -32,7 +32,7 @@ def names_a_file(text: str, output_path: str | None = None) -> bool:
         return True
     separator = "/" in text or os.sep in text
     # out.txt is where lines go too; out.srt or out.docx is only ever a document
-    writes_document = Path(output_path or "-").suffix.lower() in set(FORMATS) - {".txt"}
+    writes_document = extension_of(Path(output_path or "-").name) in set(FORMATS) - {".txt"}
     extension = EXTENSION.search(text)
     named = bool(extension) and any(c.isalpha() for c in extension.group(1))
     return one_word and (separator or named or writes_document)
@@ -52,7 +52,7 @@ def document_format(path: str | Path, asked: str | None = None) -> str:
             names = ", ".join(f.name for f in FORMATS.values())
             raise UserError(f"--file-format {asked}: one of {names}")
     else:
-        ext = path.suffix.lower()
+        ext = extension_of(path.name)
         if ext not in FORMATS:
             raise UserError(_not_read(path))
     if library := missing_library(ext):  # before the model loads, not after

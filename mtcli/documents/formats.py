@@ -33,6 +33,12 @@ FORMATS = {
 }
 
 
+def extension_of(name: str) -> str:
+    """A file name's format as FORMATS keys it: its extension after the last dot, lower case
+    ("" where it has none)."""
+    return "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
+
+
 def missing_library(ext: str) -> str | None:
     """The library the format `ext` needs and this install lacks (None: it has what it needs)."""
     library = FORMATS[ext].library

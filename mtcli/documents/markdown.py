@@ -49,7 +49,9 @@ def translate(data: bytes, translate: Translate, outcome: Outcome, ext: str) -> 
     changed = _translate_alts([kept for _, kept in fragments], translate, outcome)
     dropped: set[int] = set()
     cursor: dict[int, int] = {}  # row -> where its next block's text is looked for
-    for i, (block, (fragment, kept), translation) in enumerate(zip(blocks, fragments, done, strict=True)):  # fmt: skip
+    for i, (block, (fragment, kept), translation) in enumerate(
+        zip(blocks, fragments, done, strict=True)
+    ):
         if translation != fragment or i in changed:
             rows = range(first + block.map[0], first + block.map[1])
             written = to_markdown(translation, kept, cell=id(block) in cells)
@@ -70,7 +72,9 @@ class Image(str):
 def _translate_alts(kepts: list[list], translate: Translate, outcome: Outcome) -> set[int]:
     """Each image's alt text translated in place (what a screen reader says, as HTML's alt
     attribute is); the blocks whose images changed."""
-    where = [(b, i) for b, kept in enumerate(kepts) for i, k in enumerate(kept) if isinstance(k, Image)]  # fmt: skip
+    where = [
+        (b, i) for b, kept in enumerate(kepts) for i, k in enumerate(kept) if isinstance(k, Image)
+    ]
     alts = [html.escape(kepts[b][i].alt, quote=False) for b, i in where]
     changed = set()
     for (b, i), alt in zip(where, translate_strings(alts, translate, outcome), strict=True):
@@ -122,7 +126,9 @@ def to_fragment(children, ends: list | None = None) -> tuple[str, list]:
     (opening, closing) for a marker, the source itself for what is kept; `ends`: how each
     link closes (link_ends), where they are known."""
     out, kept = [], []
-    links = [t for t in children if t.type == "link_open" and t.markup not in ("autolink", "linkify")]  # fmt: skip
+    links = [
+        t for t in children if t.type == "link_open" and t.markup not in ("autolink", "linkify")
+    ]
     ends = ends if ends is not None and len(ends) == len(links) else [None] * len(links)
     link_end = iter(ends)
 

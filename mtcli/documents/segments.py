@@ -1,5 +1,5 @@
 """What every format shares: its errors, its bytes decoded, the strings to translate with the
-placeholders each must keep, and lines re-wrapped to a count. Stdlib only."""
+placeholders each must keep, and lines re-wrapped to a count."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# printf (%s, %1$d, %.2f), brace ({name}, {0}, {{name}}) and ICU argument placeholders; a
-# translation must hold exactly the source's, else the source is kept (never a lost {name})
-PLACEHOLDER = re.compile(r"%(?:\d+\$)?[-+ #0]*\d*(?:\.\d+)?[sdifgxXeEcuo%@]|\{\{?[^{}\s]*\}?\}")
+from mtcli.text.spans import SOFTWARE_PLACEHOLDER
+
+# a translation must hold exactly the source's placeholders, else the source is kept (never a
+# lost {name}); what a placeholder is, is the text layer's decision
+PLACEHOLDER = SOFTWARE_PLACEHOLDER
 BREAK_AFTER = set("。？！，；：、.?!,;:")  # a line ends well after these
 NO_LINE_START = set("。？！，；：、）」』”’.?!,;:)]}")  # a line never starts with these
 TAG = re.compile(r"</?[A-Za-z][^<>]*>|\{\\[^{}]*\}")  # HTML-style tags, ASS overrides ({\an8})

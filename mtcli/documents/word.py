@@ -49,10 +49,11 @@ class _Plan:
             weight[key] = weight.get(key, 0) + len(run.text)
         self.base = max(weight, key=weight.get)
         self.fragment = "".join(
-            html.escape(r.text, quote=False) if key == self.base
+            html.escape(r.text, quote=False)
+            if key == self.base
             else f'<span data-k="{i}">{html.escape(r.text, quote=False)}</span>'
             for i, (r, key) in enumerate(zip(self.runs, self.keys, strict=True))
-        )  # fmt: skip
+        )
 
     def write(self, translation: str) -> None:
         base = self.keys.index(self.base)
@@ -147,7 +148,7 @@ def _paragraphs(document):
             section.even_page_footer,
         ):
             if not part.is_linked_to_previous:
-                yield from _inner(part)  # fmt: skip
+                yield from _inner(part)
 
 
 def _inner(container, seen=None):

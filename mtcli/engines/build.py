@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mtcli.config import UNK_ID, DecodeConfig
+from mtcli.engines.loading import ready_to_decode
 from mtcli.engines.routing import ChunkTranslator, Router
 from mtcli.errors import UserError
 from mtcli.store import registry
-from mtcli.text.glossary import Glossary, phrase_ids
+from mtcli.text.glossary import Glossary, target_phrases
 from mtcli.text.language import majority_language, source_language
 from mtcli.text.language_check import LanguageCheck
 from mtcli.text.layer import TextLayer
-from mtcli.text.sentences import UNSPACED
 
 if TYPE_CHECKING:
     import torch
@@ -152,21 +152,31 @@ def _own_translator(
     tokenizer, first = loaded[0].tokenizer.for_target(options.target_language), loaded[0]
     cfg = cfg.with_generation(generation_defaults(first.config))  # an ensemble: the first's
     translator = Translator(
-        nets, tokenizer, cfg, device=device, warn=options.warn, align=options.align or options.html,
-        trace=options.trace, constraints=_constraints(options.glossary, first),
+        nets,
+        tokenizer,
+        cfg,
+        device=device,
+        warn=options.warn,
+        align=options.align or options.html,
+        trace=options.trace,
+        constraints=_constraints(options.glossary, first),
         tgt_lang=first.tgt_lang,
-    )  # fmt: skip
+    )
     if not options.text_layer:
         return translator
     return TextLayer(
-        translator, src_lang=first.src_lang, tgt_lang=first.tgt_lang,
+        translator,
+        src_lang=first.src_lang,
+        tgt_lang=first.tgt_lang,
         can_write=lambda s: writes_exactly(tokenizer, s),
-        count_tokens=lambda s: len(tokenizer.encode_src(s)), max_tokens=translator.truncate.limit,
-        warn=options.warn, html=options.html,
+        count_tokens=tokenizer.source_tokens,
+        max_tokens=translator.truncate.limit,
+        warn=options.warn,
+        html=options.html,
         language_check=_language_check(models[0], first.src_lang, options) if chosen else None,
         placeholders=[p for p in first.placeholders if all(p in m.placeholders for m in loaded)],
         confidence=_confidence(first, device, options),
-    )  # fmt: skip
+    )
 
 
 def _confidence(loaded, device, options: EngineOptions):
@@ -185,30 +195,6 @@ def _confidence(loaded, device, options: EngineOptions):
     return estimator
 
 
-def ready_to_decode(loaded, quantize: str = ""):
-    """`loaded` (a LoadedModel) made ready to decode and nothing else: its Linear layers in
-    int8 where `quantize` asks for it ("": where its config.json recommends it), else its fp32
-    weights kept only packed (decoding_only)."""
-    from mtcli.engines.translator import quantize_int8
-    from mtcli.store.model_dir import generation_defaults, quantization
-
-    if quantization(quantize, generation_defaults(loaded.config)) == "int8":
-        quantize_int8(loaded.model)
-        return loaded
-    return decoding_only(loaded)
-
-
-def decoding_only(loaded):
-    """`loaded` (a LoadedModel) with its fp32 CPU Linear weights kept only in oneDNN's packed
-    layout (mtcli.model.linear.keep_only_packed_weights: 21 MB less for the shipped models).
-    For a model loaded to decode and nothing else: it can no longer be trained, saved or
-    quantized."""
-    from mtcli.model.linear import keep_only_packed_weights
-
-    keep_only_packed_weights(loaded.model)
-    return loaded
-
-
 def writes_exactly(tokenizer, text: str) -> bool:
     """Whether the target vocabulary writes `text` back exactly (no piece unknown to it)."""
     ids = tokenizer.encode_tgt(text)
@@ -219,9 +205,8 @@ def _constraints(glossary: Glossary | None, loaded) -> Callable[[str], list[list
     """A line -> the token-id phrases of the glossary terms its translation must contain."""
     if glossary is None:
         return None
-    spaced = loaded.tgt_lang not in UNSPACED  # a term starts a word only with spaces
-    tokenizer = loaded.tokenizer
-    return lambda line: [phrase_ids(tokenizer, t, spaced) for t in glossary.targets_for(line)]
+    tokenizer, tgt_lang = loaded.tokenizer, loaded.tgt_lang
+    return lambda line: target_phrases(tokenizer, tgt_lang, glossary.targets_for(line))
 
 
 CT2_CANNOT = {  # what CTranslate2's engine cannot do, as the user asked for it
@@ -234,11 +219,16 @@ CT2_CANNOT = {  # what CTranslate2's engine cannot do, as the user asked for it
 }
 
 
+def ct2_cannot(models: list, options: EngineOptions) -> list[str]:
+    """What of `options` CTranslate2's engine cannot do, as the user asked for it."""
+    return [name for name, asked in CT2_CANNOT.items() if asked(models, options)]
+
+
 def _ct2_translator(models: list, cfg: DecodeConfig, options: EngineOptions) -> ChunkTranslator:
     """CTranslate2's translator for one exported model; what it cannot do is one line."""
     from mtcli.engines.ct2 import CT2Translator
 
-    if wanted := [name for name, asked in CT2_CANNOT.items() if asked(models, options)]:
+    if wanted := ct2_cannot(models, options):
         raise UserError(f"--engine ctranslate2 cannot do {', '.join(wanted)}")
     if models[0] is None:
         raise UserError(
@@ -260,11 +250,15 @@ def _ct2_translator(models: list, cfg: DecodeConfig, options: EngineOptions) -> 
         return translator
     # no constrained search here: spans go through as they are, and the layer names any lost
     return TextLayer(
-        translator, src_lang=translator.src_lang, tgt_lang=translator.tgt_lang,
-        can_write=lambda s: True, count_tokens=lambda s: len(translator.src.encode(s)),
-        max_tokens=translator.max_src_tokens, warn=options.warn,
+        translator,
+        src_lang=translator.src_lang,
+        tgt_lang=translator.tgt_lang,
+        can_write=lambda s: True,
+        count_tokens=translator.source_tokens,
+        max_tokens=translator.max_src_tokens,
+        warn=options.warn,
         language_check=_language_check(models[0], translator.src_lang, options),
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------- which model

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-WEIGHTS_FILE = "confidence.json"
+CONFIDENCE_FILE = "confidence.json"
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Calibration:
         return _sigmoid(self.bias + z @ np.asarray(self.coef))
 
     def save(self, directory: Path) -> Path:
-        path = Path(directory) / WEIGHTS_FILE
+        path = Path(directory) / CONFIDENCE_FILE
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=1) + "\n", encoding="utf-8")
         tmp.replace(path)
@@ -50,7 +50,7 @@ class Calibration:
     def load(cls, directory: Path) -> Calibration | None:
         """The model directory's weights; None where it has none (an imported model) or they
         do not read as weights (then the model translates without a confidence)."""
-        path = Path(directory) / WEIGHTS_FILE
+        path = Path(directory) / CONFIDENCE_FILE
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
             calibration = cls(**raw)

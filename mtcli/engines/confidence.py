@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +27,10 @@ import torch
 
 from mtcli.config import BOS_ID, EOS_ID
 from mtcli.data.batches import pad, padding_mask
+from mtcli.data.placeholders import PIECE_ANY_CASE
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.engines.calibration import Calibration
+from mtcli.engines.loading import ready_to_decode
 from mtcli.model.kv_cache import AttentionRecord
 from mtcli.model.transformer import Seq2Seq
 from mtcli.text.language import HAN, source_language
@@ -40,7 +41,6 @@ SIGNALS = (
 )  # fmt: skip
 FLOOR = -20.0  # a log-probability below this says nothing more
 BATCH = 64  # sentence pairs per forced pass
-PLACEHOLDER = re.compile(r"｟[^｠]*｠")
 
 
 @dataclass
@@ -93,18 +93,25 @@ class ConfidenceEstimator:
         out_ids = [_cut(fwd.tokenizer.encode_tgt(o), fwd.limit()) for o in outputs]
         there = forced_pass(fwd.model, src_ids, out_ids, self.device)
         back = forced_pass(
-            rev.model, [_cut(rev.tokenizer.encode_src(o), rev.limit()) for o in outputs],
-            [_cut(rev.tokenizer.encode_tgt(s), rev.limit()) for s in sources], self.device,
-        )  # fmt: skip
+            rev.model,
+            [_cut(rev.tokenizer.encode_src(o), rev.limit()) for o in outputs],
+            [_cut(rev.tokenizer.encode_tgt(s), rev.limit()) for s in sources],
+            self.device,
+        )
         columns = {
-            "logprob": [lp.mean() for lp, _ in there], "min_logprob": [lp.min() for lp, _ in there],
-            "coverage": [coverage(a) for _, a in there], "reverse_logprob": [lp.mean() for lp, _ in back],
-            "reverse_min_logprob": [lp.min() for lp, _ in back], "reverse_coverage": [coverage(a) for _, a in back],
-            "log_length_ratio": [math.log((len(o) + 1) / (len(s) + 1)) for s, o in zip(src_ids, out_ids, strict=True)],
+            "logprob": [lp.mean() for lp, _ in there],
+            "min_logprob": [lp.min() for lp, _ in there],
+            "coverage": [coverage(a) for _, a in there],
+            "reverse_logprob": [lp.mean() for lp, _ in back],
+            "reverse_min_logprob": [lp.min() for lp, _ in back],
+            "reverse_coverage": [coverage(a) for _, a in back],
+            "log_length_ratio": [
+                math.log((len(o) + 1) / (len(s) + 1)) for s, o in zip(src_ids, out_ids, strict=True)
+            ],
             "repeats": [repeated_bigrams(fwd.tokenizer.tgt_id_to_piece(o)) for o in out_ids],
             "source_in_language": [in_language(s, self.src_lang) for s in sources],
             "output_in_language": [in_language(o, self.tgt_lang) for o in outputs],
-        }  # fmt: skip
+        }
         return {name: np.asarray(values, dtype=float) for name, values in columns.items()}
 
 
@@ -157,7 +164,7 @@ def in_language(text: str, language: str) -> float:
     """How much of `text` is in `language`: for Chinese, the share of its letters that are Han
     characters; for others, 1 where the identifier names that language (or none), else 0.
     Placeholder pieces say nothing of it."""
-    text = PLACEHOLDER.sub(" ", text)
+    text = PIECE_ANY_CASE.sub(" ", text)
     letters = [c for c in text if c.isalpha()]
     if not letters:
         return 1.0
@@ -177,14 +184,18 @@ def estimator_for(loaded, device, quantize: str = "") -> ConfidenceEstimator | N
     if reverse is None:
         return None
     return ConfidenceEstimator(
-        Direction(loaded.model, loaded.tokenizer), reverse, calibration, loaded.src_lang, loaded.tgt_lang, device
-    )  # fmt: skip
+        Direction(loaded.model, loaded.tokenizer),
+        reverse,
+        calibration,
+        loaded.src_lang,
+        loaded.tgt_lang,
+        device,
+    )
 
 
 @functools.cache
 def _reverse_model(src: str, tgt: str, device: str, quantize: str) -> Direction | None:
     """The installed model from `src` to `tgt`, loaded once per process and device."""
-    from mtcli.engines.build import ready_to_decode
     from mtcli.store import registry
     from mtcli.store.checkpoint import load_model
 

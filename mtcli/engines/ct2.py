@@ -63,12 +63,6 @@ class Feeding:
         return cls(**given)
 
 
-def ct2_languages(path: Path) -> tuple[str, str]:
-    """(source, target) language of an export."""
-    meta = check_ct2_dir(path)
-    return meta["src_lang"], meta["tgt_lang"]
-
-
 def _import_ctranslate2():
     try:
         import ctranslate2
@@ -159,6 +153,10 @@ class CT2Translator:
         other.feeding = replace(self.feeding, source_prefix=(piece,))
         return other
 
+    def source_tokens(self, line: str) -> int:
+        """The tokens a line takes of a batch's budget (its pieces, before any prefix)."""
+        return len(self.src.encode(line))
+
     def _source(self, line: str) -> list[str]:
         feed = self.feeding
         pieces = self.truncate(self.src.encode(line, out_type=str))[0]
@@ -215,25 +213,29 @@ class CT2Translator:
         """translate_batch's settings, with at most `limit` output tokens."""
         cfg = self.cfg
         options = dict(
-            beam_size=1 if cfg.sample else cfg.beam_size, num_hypotheses=cfg.nbest,
-            length_penalty=cfg.length_penalty, return_scores=True,
+            beam_size=1 if cfg.sample else cfg.beam_size,
+            num_hypotheses=cfg.nbest,
+            length_penalty=cfg.length_penalty,
+            return_scores=True,
             max_decoding_length=limit + len(self.feeding.target_prefix),
             # an output may be empty (</s> first), as in mtcli's search and transformers';
             # CTranslate2's default (1) forbade it and wrote a piece where they write none
             min_decoding_length=0,
             # CTranslate2 counts padded source tokens; --batch-tokens counts them x the rows of
             # each line (beam or draws), so at beam 5 the same budget is a fifth of the tokens
-            no_repeat_ngram_size=cfg.no_repeat_ngram, max_batch_size=cfg.source_tokens_per_batch,
+            no_repeat_ngram_size=cfg.no_repeat_ngram,
+            max_batch_size=cfg.source_tokens_per_batch,
             batch_type="tokens",
             # mtcli never produces <pad> or <s> (decode._mask_never_generated); untrained
             # or odd models otherwise gave them here
             suppress_sequences=[[piece] for piece in self.feeding.never_generate] or None,
-        )  # fmt: skip
+        )
         if cfg.sample:
             options.update(
                 sampling_topk=cfg.top_k or self.tgt.get_piece_size(),
-                sampling_topp=cfg.top_p, sampling_temperature=cfg.temperature,
-            )  # fmt: skip
+                sampling_topp=cfg.top_p,
+                sampling_temperature=cfg.temperature,
+            )
         fixed = list(self.feeding.target_prefix)
         if any(prefixes) or fixed:
             options["target_prefix"] = [

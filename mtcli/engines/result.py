@@ -59,9 +59,12 @@ class Translation:
     kept_source: bool = False  # written as its source: less sure than --min-confidence
 
 
-def flagged_strings(t: Translation) -> int:
-    """How many strings of the line are flagged: its blocks' count where it has them, else 0 or 1."""
-    return len(t.flagged_parts) if t.flagged_parts else int(t.flagged)
+def flagged_texts(t: Translation, written: str) -> list[str]:
+    """The strings of a line a reader should check: a whole HTML document's flagged blocks
+    where it has them, else the line as `written` in its file; none where it is not flagged."""
+    if not t.flagged:
+        return []
+    return t.flagged_parts or [written]
 
 
 def flag_reasons(t: Translation) -> list[str]:

@@ -24,8 +24,7 @@ from mtcli.engines.result import AttentionMaps, Translation
 from mtcli.engines.routing import Truncator, stream
 from mtcli.model.linear import with_rows_padded
 from mtcli.model.transformer import Seq2Seq
-from mtcli.text.glossary import phrase_ids
-from mtcli.text.sentences import UNSPACED
+from mtcli.text.glossary import target_phrases
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
@@ -72,7 +71,9 @@ def _as_plain_linears(model: torch.nn.Module) -> None:
     quantizes nn.Linear itself, not its subclasses."""
     for name, module in list(model.named_modules()):
         if isinstance(module, torch.nn.Linear) and type(module) is not torch.nn.Linear:
-            plain = torch.nn.Linear(module.in_features, module.out_features, bias=module.bias is not None)  # fmt: skip
+            plain = torch.nn.Linear(
+                module.in_features, module.out_features, bias=module.bias is not None
+            )
             plain.weight, plain.bias = module.weight, module.bias
             parent, _, leaf = name.rpartition(".")
             setattr(model.get_submodule(parent), leaf, plain)
@@ -138,14 +139,24 @@ class Translator:
             forced = pad([p or [PAD_ID] for p in prefixes]).to(self.device)
         rules = StepRules(forced, cfg.no_repeat_ngram)
         common = dict(
-            max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, alpha=cfg.length_penalty,
-            use_cache=cfg.use_cache, rules=rules,
-        )  # fmt: skip
+            max_len_a=cfg.max_len_a,
+            max_len_b=cfg.max_len_b,
+            alpha=cfg.length_penalty,
+            use_cache=cfg.use_cache,
+            rules=rules,
+        )
         if cfg.sample:
             return sample(
-                self.models, src_ids, src_mask, n=cfg.nbest, temperature=cfg.temperature,
-                top_k=cfg.top_k, top_p=cfg.top_p, generator=self.generator, **common,
-            )  # fmt: skip
+                self.models,
+                src_ids,
+                src_mask,
+                n=cfg.nbest,
+                temperature=cfg.temperature,
+                top_k=cfg.top_k,
+                top_p=cfg.top_p,
+                generator=self.generator,
+                **common,
+            )
         common.update(with_attention=self.align, tracer=tracer)
         if cfg.beam_size == 1:
             return [[h] for h in greedy(self.models, src_ids, src_mask, **common)]
@@ -216,9 +227,10 @@ class Translator:
         attention = self._attention(src_ids, hyp)
         result.attention, result.pieces = attention, attention.target[:-1]
         result.alignment = align_words(
-            attention.cross_mean(), piece_words(attention.source[:-1], by_space=True),
+            attention.cross_mean(),
+            piece_words(attention.source[:-1], by_space=True),
             piece_words(attention.target[:-1], by_space=" " in result.text),
-        )  # fmt: skip
+        )
 
     def _constrained(self, lines: list[str], encoded: list, results: list, keep) -> list:
         """Translate the lines that have glossary terms or strings to keep one by one with
@@ -234,14 +246,15 @@ class Translator:
             elif not self._decode_constrained(lines, item, results, phrases):
                 # the phrases did not fit in the length limit: translate freely
                 if terms:
-                    self.warn(f"line {i + 1}: its glossary terms did not fit; translated without them")  # fmt: skip
+                    self.warn(
+                        f"line {i + 1}: its glossary terms did not fit; translated without them"
+                    )
                 plain.append(item)
         return plain
 
     def _phrases(self, keep, i: int) -> list[list[int]]:
         """Target token ids of line i's strings to keep, as they appear inside a sentence."""
-        spaced = self.tgt_lang not in UNSPACED
-        return [ids for s in (keep[i] if keep else []) if (ids := phrase_ids(self.tokenizer, s, spaced))]  # fmt: skip
+        return target_phrases(self.tokenizer, self.tgt_lang, keep[i] if keep else [])
 
     def _decode_constrained(self, lines, item, results, phrases) -> bool:
         """Line `item` by constrained beam search into `results`; False when nothing fits."""
@@ -249,11 +262,19 @@ class Translator:
         src = torch.tensor([src_ids], device=self.device)
         cfg = self.cfg
         hyps = constrained_beam_search(
-            self.models, src, src != PAD_ID, phrases, beam_size=cfg.beam_size,
-            alpha=cfg.length_penalty, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
-            nbest=cfg.nbest, prefix=prefix_ids, no_repeat_ngram=cfg.no_repeat_ngram,
+            self.models,
+            src,
+            src != PAD_ID,
+            phrases,
+            beam_size=cfg.beam_size,
+            alpha=cfg.length_penalty,
+            max_len_a=cfg.max_len_a,
+            max_len_b=cfg.max_len_b,
+            nbest=cfg.nbest,
+            prefix=prefix_ids,
+            no_repeat_ngram=cfg.no_repeat_ngram,
             glue=self._digit_glue(),
-        )  # fmt: skip
+        )
         if not hyps:
             return False
         texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]

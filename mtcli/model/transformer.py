@@ -284,7 +284,9 @@ class CrossAttention(_Heads):
         zero query, whose output is dropped), so each sentence is one row of g queries."""
         g = rows.group
         placed = q.new_zeros(k.size(0) * g, *q.shape[1:]).index_copy_(0, rows.slots, q)
-        grouped = self._attend(_beams_as_queries(placed, g), k, v, mask[rows.first_rows], None, layer)  # fmt: skip
+        grouped = self._attend(
+            _beams_as_queries(placed, g), k, v, mask[rows.first_rows], None, layer
+        )
         return _queries_as_beams(grouped, g).index_select(0, rows.slots)
 
     def _source_keys_values(

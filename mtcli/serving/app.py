@@ -34,6 +34,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mtcli.config import DecodeConfig
+from mtcli.data.language_codes import LANGUAGE_NAMES
 from mtcli.documents.formats import FORMATS
 from mtcli.documents.segments import Outcome
 from mtcli.engines.result import Translation, translation_record
@@ -53,7 +54,6 @@ from mtcli.serving.files import (
     upload_format,
 )
 from mtcli.serving.models import (  # noqa: F401
-    LANGUAGE_NAMES,
     Models,
     Served,
     ct2_served,
@@ -77,6 +77,7 @@ from mtcli.serving.requests import (
     request_decode,
 )
 from mtcli.text.language import detect
+from mtcli.text.layer import least_sure
 
 PAGE = Path(__file__).resolve().parent / "web" / "index.html"
 
@@ -118,7 +119,10 @@ class Service:
         given = given or header
         if not given:
             raise ApiError(403, "an API key is required", reason="api_key_required")
-        if not (isinstance(given, str) and hmac.compare_digest(given.encode(), self.cfg.api_key.encode())):  # fmt: skip
+        if not (
+            isinstance(given, str)
+            and hmac.compare_digest(given.encode(), self.cfg.api_key.encode())
+        ):
             raise ApiError(403, "invalid API key", reason="api_key_invalid")
 
     async def translate(
@@ -174,7 +178,7 @@ class Service:
         try:
             self.batcher.submit(job)
         except QueueFull as e:
-            raise ApiError(503, f"server busy ({e}); retry shortly", {"Retry-After": "1"}) from None  # fmt: skip
+            raise ApiError(503, f"server busy ({e}); retry shortly", {"Retry-After": "1"}) from None
         return job
 
     async def libretranslate(self, state, req: LibreRequest) -> dict:
@@ -245,9 +249,9 @@ def _libre_answer(part: list[Routed], req: LibreRequest) -> dict:
     answer: dict = {"translatedText": "\n".join(r.text for r, _ in part)}
     if req.alternatives:
         answer["alternatives"] = [t for t, _ in part[0][0].nbest[1:]] if len(part) == 1 else []
-    judged = [r.confidence for r, _ in part if r.confidence is not None]
-    if judged:  # the least sure line's (models without fitted weights give none)
-        answer["confidence"] = round(min(judged), 4)
+    judged = least_sure(r.confidence for r, _ in part)
+    if judged is not None:  # models without fitted weights give none
+        answer["confidence"] = round(judged, 4)
     if req.source == "auto":
         top, confidence = detect("\n".join(r.source for r, _ in part))
         answer["detectedLanguage"] = {"confidence": confidence, "language": top or "en"}
@@ -277,21 +281,25 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         service.batcher = Batcher(
-            models.translate, wait_s=cfg.batch_wait_ms / 1000, max_tokens=cfg.batch_tokens,
+            models.translate,
+            wait_s=cfg.batch_wait_ms / 1000,
+            max_tokens=cfg.batch_tokens,
             queue_size=cfg.queue_size,
-        )  # fmt: skip
+        )
         app.state.batcher = service.batcher
         yield
         await asyncio.get_running_loop().run_in_executor(None, service.batcher.close)  # drain
 
     app = FastAPI(
-        title="mtcli", summary="Neural machine translation: LibreTranslate-compatible and mtcli's own API",
+        title="mtcli",
+        summary="Neural machine translation: LibreTranslate-compatible and mtcli's own API",
         lifespan=lifespan,
-    )  # fmt: skip
+    )
     _log_requests(app, log)
     _errors_as_json(app)
     _translation_routes(app, service)
     _file_routes(app, service)
+    _settings_route(app, service)
     _other_routes(app, service)
     return app
 
@@ -342,12 +350,17 @@ def _translation_routes(app: FastAPI, service: Service) -> None:
         return await service.libretranslate(request.state, parse_libre(fields))
 
     @app.post(
-        "/v1/translate", response_model=V1Response, response_model_exclude_none=True,
+        "/v1/translate",
+        response_model=V1Response,
+        response_model_exclude_none=True,
         summary="mtcli's translation API",
-        openapi_extra={"requestBody": {
-            "content": {"application/json": {"schema": V1Request.model_json_schema()}}, "required": True,
-        }},
-    )  # fmt: skip
+        openapi_extra={
+            "requestBody": {
+                "content": {"application/json": {"schema": V1Request.model_json_schema()}},
+                "required": True,
+            }
+        },
+    )
     async def v1_translate(request: Request):
         """Lines in, one translation each: n-best with scores, word alignments and, when asked,
         the cross-attention matrix (the last decoder layer, mean over heads)."""
@@ -382,7 +395,9 @@ def _other_routes(app: FastAPI, service: Service) -> None:
             return JSONResponse({"status": "failed", "error": models.error}, status_code=500)
         if not models.ready.is_set():
             return JSONResponse({"status": "loading"}, status_code=503)
-        names = [{"name": s.name, "source": s.src_lang, "target": s.tgt_lang} for s in models.served]  # fmt: skip
+        names = [
+            {"name": s.name, "source": s.src_lang, "target": s.tgt_lang} for s in models.served
+        ]
         batcher = service.batcher
         stats = {"batches": batcher.batches, "jobs": batcher.jobs_done} if batcher else {}
         return {"status": "ok", "models": names, **stats}
@@ -423,9 +438,11 @@ def _file_routes(app: FastAPI, service: Service) -> None:
         file_id = store.put(name, translated)
         return {
             "translatedFileUrl": str(request.url_for("download_file", file_id=file_id)),
-            "strings": outcome.translated + outcome.kept, "keptAsSource": outcome.kept,
-            "flagged": job.flagged, "report": job.report,
-        }  # fmt: skip
+            "strings": outcome.translated + outcome.kept,
+            "keptAsSource": outcome.kept,
+            "flagged": job.flagged,
+            "report": job.report,
+        }
 
     @app.get(
         "/download_file/{file_id}", name="download_file", summary="A translated document, once"
@@ -434,6 +451,10 @@ def _file_routes(app: FastAPI, service: Service) -> None:
         held = store.take(file_id)
         return Response(held.data, media_type=media_type(held), headers=download_headers(held))
 
+
+def _settings_route(app: FastAPI, service: Service) -> None:
+    cfg = service.cfg
+
     @app.get("/frontend/settings", summary="LibreTranslate's settings for its web page")
     async def frontend_settings():
         service.models.check_ready()
@@ -441,11 +462,16 @@ def _file_routes(app: FastAPI, service: Service) -> None:
         source = languages[0] if languages else {"code": "en", "name": "English"}
         target = source.get("targets", ["zh"])[0]
         return {
-            "charLimit": cfg.max_chars, "frontendTimeout": 500, "apiKeys": bool(cfg.api_key),
-            "keyRequired": bool(cfg.api_key), "suggestions": False, "filesTranslation": True,
-            "supportedFilesFormat": supported_formats(), "maxFileBytes": cfg.max_file_bytes,
+            "charLimit": cfg.max_chars,
+            "frontendTimeout": 500,
+            "apiKeys": bool(cfg.api_key),
+            "keyRequired": bool(cfg.api_key),
+            "suggestions": False,
+            "filesTranslation": True,
+            "supportedFilesFormat": supported_formats(),
+            "maxFileBytes": cfg.max_file_bytes,
             "language": {
                 "source": {"code": source["code"], "name": source["name"]},
                 "target": {"code": target, "name": LANGUAGE_NAMES.get(target, target)},
             },
-        }  # fmt: skip
+        }

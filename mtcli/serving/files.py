@@ -26,9 +26,9 @@ from fastapi import Request
 from starlette.datastructures import UploadFile
 
 from mtcli.documents.document import translate_bytes
-from mtcli.documents.formats import FORMATS, missing_library
+from mtcli.documents.formats import FORMATS, extension_of, missing_library
 from mtcli.documents.segments import Outcome, as_written
-from mtcli.engines.result import flagged_strings, report_records
+from mtcli.engines.result import flagged_texts, report_records
 from mtcli.errors import UserError
 from mtcli.serving.requests import ApiError, check_fields, read_body
 
@@ -47,7 +47,7 @@ def supported_formats() -> list[str]:
 
 def upload_format(name: str) -> str:
     """The format of an uploaded file, from its name's extension: a 400 unless supported."""
-    ext = "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    ext = extension_of(name)
     if ext not in supported_formats():
         known = ", ".join(supported_formats())
         raise ApiError(
@@ -129,11 +129,15 @@ async def read_upload(request: Request, limit: int) -> tuple[dict, str, bytes]:
 
     fields: dict[str, list] = {}
     name, data = None, b""
-    async with Request(request.scope, replay).form(max_files=1, max_fields=len(FILE_FIELDS)) as form:  # fmt: skip
+    async with Request(request.scope, replay).form(
+        max_files=1, max_fields=len(FILE_FIELDS)
+    ) as form:
         for key, value in form.multi_items():
             if isinstance(value, UploadFile):
                 if key != "file":
-                    raise ApiError(400, f"invalid request: a file in field {key[:40]!r}; name it file")  # fmt: skip
+                    raise ApiError(
+                        400, f"invalid request: a file in field {key[:40]!r}; name it file"
+                    )
                 name, data = value.filename or "", await value.read(limit + 1)
             else:
                 fields.setdefault(key, []).append(value)
@@ -174,10 +178,10 @@ class FileJob:
         for start in range(0, len(lines), LINES_PER_JOB):
             results = self._queued(lines[start : start + LINES_PER_JOB])
             out.extend(r.text for r in results)
-            self.flagged += sum(flagged_strings(r) for r in results)
             for r in results:
                 self.strings += 1
                 written = as_written(r.source) if self.html else r.source
+                self.flagged += len(flagged_texts(r, written))
                 self.report.extend(report_records(r, self.strings, "string", written))
         return out
 

@@ -12,13 +12,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mtcli.config import DecodeConfig
-from mtcli.engines.build import EngineOptions, build_translator, ready_to_decode
+from mtcli.data.language_codes import LANGUAGE_NAMES
+from mtcli.engines.build import EngineOptions, build_translator, ct2_cannot
+from mtcli.engines.loading import ready_to_decode
 from mtcli.engines.result import Translation
 from mtcli.serving.requests import ApiError
 from mtcli.text.language import source_language
 
 KEPT_TRANSLATORS = 4  # (model, settings) pairs whose translators are kept for the next batch
-LANGUAGE_NAMES = {"en": "English", "zh": "Chinese", "de": "German", "fr": "French"}
 
 
 @dataclass
@@ -84,7 +85,9 @@ class Models:
         for s in self.served:
             if s.name == name:
                 return s
-        raise ApiError(400, f"no model named {name!r} (served: {', '.join(s.name for s in self.served)})")  # fmt: skip
+        raise ApiError(
+            400, f"no model named {name!r} (served: {', '.join(s.name for s in self.served)})"
+        )
 
     def translate(self, key: tuple, lines: list[str]) -> list[Translation]:
         """Decode `lines` with the translator `key` names (called by the batch worker)."""
@@ -132,7 +135,7 @@ def mtcli_served(name: str, loaded, device) -> Served:
         loaded.src_lang,
         loaded.tgt_lang,
         make,
-        lambda line: len(loaded.tokenizer.encode_src(line)),
+        loaded.tokenizer.source_tokens,
     )
 
 
@@ -144,15 +147,11 @@ def ct2_served(path: Path, threads: int, device: str = "auto") -> Served:
 
     def make(cfg: DecodeConfig, align: bool, html: bool = False, confidence: bool = False):
         # no confidence here: CTranslate2 gives no forced scores (its replies have none)
-        if align or html:
-            raise ApiError(
-                400,
-                "the CTranslate2 engine gives no word alignments: no alignments, attention or HTML",
-            )
+        if cannot := ct2_cannot([loaded], replace(options, align=align, html=html)):
+            raise ApiError(400, f"the CTranslate2 engine cannot do {', '.join(cannot)}")
         return build_translator([loaded], cfg, options)
 
-    count = lambda line: len(loaded.src.encode(line))  # noqa: E731
-    return Served(path.name, loaded.src_lang, loaded.tgt_lang, make, count)
+    return Served(path.name, loaded.src_lang, loaded.tgt_lang, make, loaded.source_tokens)
 
 
 def loader(

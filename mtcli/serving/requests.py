@@ -246,7 +246,7 @@ def check_lines(lines: list[str], cfg: ServeConfig) -> None:
         raise ApiError(413, f"{len(lines)} lines in one request; at most {cfg.max_lines}")
     for i, line in enumerate(lines):
         if len(line) > cfg.max_chars:
-            raise ApiError(413, f"line {i + 1} has {len(line)} characters; at most {cfg.max_chars}")  # fmt: skip
+            raise ApiError(413, f"line {i + 1} has {len(line)} characters; at most {cfg.max_chars}")
         if (at := invalid_utf8_at(line)) is not None:  # JSON can escape a lone surrogate
             raise ApiError(400, f"line {i + 1} is not valid Unicode (byte {at + 1})")
 
@@ -267,8 +267,11 @@ def request_decode(
     from_model = tuple(k for k in defaults.from_model if chosen.get(k) is None)
     try:
         return replace(
-            defaults, beam_size=beam_size or defaults.beam_size, nbest=nbest or 1,
-            length_penalty=alpha, from_model=from_model,
-        )  # fmt: skip
+            defaults,
+            beam_size=beam_size or defaults.beam_size,
+            nbest=nbest or 1,
+            length_penalty=alpha,
+            from_model=from_model,
+        )
     except ConfigError as e:
         raise ApiError(400, f"{e.key} {e.value}: {e.why}") from None

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 from mtcli import __version__, files
+from mtcli.data.language_codes import LANGUAGE_NAMES
 from mtcli.data.tokenizer import read_meta
 from mtcli.errors import UserError
 from mtcli.store.ct2_export import export_ctranslate2
@@ -26,8 +27,6 @@ PACKAGE_VERSION = "1.0"
 ARGOS_VERSION = (
     "1.9"  # the package layout this follows (metadata.json, model/, sentencepiece.model)
 )
-LANGUAGE_NAMES = {"en": "English", "zh": "Chinese", "de": "German", "fr": "French", "es": "Spanish",
-                  "ja": "Japanese", "ko": "Korean", "ru": "Russian", "it": "Italian", "pt": "Portuguese"}  # fmt: skip
 
 
 def check_argos_out(out: Path, force: bool) -> None:
@@ -43,11 +42,16 @@ def check_argos_out(out: Path, force: bool) -> None:
 def metadata(src: str, tgt: str) -> dict:
     names = {code: LANGUAGE_NAMES.get(code, code) for code in (src, tgt)}
     return {
-        "package_version": PACKAGE_VERSION, "argos_version": ARGOS_VERSION, "type": "translate",
-        "from_code": src, "from_name": names[src], "to_code": tgt, "to_name": names[tgt],
+        "package_version": PACKAGE_VERSION,
+        "argos_version": ARGOS_VERSION,
+        "type": "translate",
+        "from_code": src,
+        "from_name": names[src],
+        "to_code": tgt,
+        "to_name": names[tgt],
         "languages": [{"code": src, "name": names[src]}, {"code": tgt, "name": names[tgt]}],
         "mtcli_version": __version__,
-    }  # fmt: skip
+    }
 
 
 def export_argos(model_dir: str | Path, out: str | Path, *, force: bool = False) -> Path:

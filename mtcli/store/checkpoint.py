@@ -203,10 +203,6 @@ def load_ensemble(paths: list[Path], device: str | torch.device = "cpu") -> list
     return loaded
 
 
-def has_trainer_state(path: str | Path) -> bool:
-    return (resolve_dir(path) / STATE_FILE).is_file()
-
-
 def load_trainer_state(path: str | Path) -> dict[str, Any]:
     """Optimizer, schedule, data position and RNG states; plain tensors and containers only."""
     state_path = resolve_dir(path) / STATE_FILE
@@ -263,8 +259,11 @@ def export_model(
     if languages and isinstance(extra.get("train"), dict):  # the record says what it is now
         extra["train"] = {**extra["train"], **{f"{k}_lang": v for k, v in languages.items()}}
     request = SaveRequest(
-        tokenizer_dir=loaded.path, src_lang=labels["src"], tgt_lang=labels["tgt"],
-        extra=extra, dtype=dtype,
-    )  # fmt: skip
+        tokenizer_dir=loaded.path,
+        src_lang=labels["src"],
+        tgt_lang=labels["tgt"],
+        extra=extra,
+        dtype=dtype,
+    )
     files.clean_leftovers(out.parent, CONFIG_FILE, out.name.__eq__)
     return save_model(loaded.model, out, request)

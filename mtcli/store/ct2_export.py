@@ -47,12 +47,17 @@ def build_spec(model):
     cfg = model.cfg
     if cfg.attention != "dot":
         raise UserError("CTranslate2 has no additive attention: only --attention dot models export")
-    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
-                  "swish": common_spec.Activation.SWISH}  # fmt: skip
+    activation = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,
+        "swish": common_spec.Activation.SWISH,
+    }
     spec = transformer_spec.TransformerSpec.from_config(
-        (cfg.n_enc_layers, cfg.n_dec_layers), cfg.n_heads, pre_norm=cfg.pre_norm,
+        (cfg.n_enc_layers, cfg.n_dec_layers),
+        cfg.n_heads,
+        pre_norm=cfg.pre_norm,
         activation=activation[cfg.activation],
-    )  # fmt: skip
+    )
     positions = model.positions.detach().float().numpy()  # (P, D), sin/cos interleaved
     enc, dec = spec.encoder, spec.decoder
     enc.embeddings[0].weight = model.src_embed.weight.detach().float().numpy()
@@ -105,9 +110,11 @@ def export_ctranslate2(model_dir: Path, out: Path, *, force: bool = False) -> Pa
         for name in Tokenizer.model_files(loaded.path):
             shutil.copyfile(loaded.path / name, tmp / name)
         marker = {
-            "src_lang": loaded.src_lang, "tgt_lang": loaded.tgt_lang,
-            "max_positions": loaded.model.cfg.max_positions, "exported_from": str(model_dir),
+            "src_lang": loaded.src_lang,
+            "tgt_lang": loaded.tgt_lang,
+            "max_positions": loaded.model.cfg.max_positions,
+            "exported_from": str(model_dir),
             "generation": generation_defaults(loaded.config),
-        }  # fmt: skip
+        }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     return out

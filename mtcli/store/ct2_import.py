@@ -189,9 +189,14 @@ def _positions(asked: int | None, own: dict) -> int:
 
 
 def import_ctranslate2(
-    src: str | Path, out: str | Path, *, force: bool = False, langs: dict | None = None,
-    source_eos: bool | None = None, max_positions: int | None = None,
-) -> dict:  # fmt: skip
+    src: str | Path,
+    out: str | Path,
+    *,
+    force: bool = False,
+    langs: dict | None = None,
+    source_eos: bool | None = None,
+    max_positions: int | None = None,
+) -> dict:
     """Write the CTranslate2 directory `src` as an mtcli CTranslate2 model at `out`; returns
     its mtcli.json. Languages: --from/--to, else an mtcli export's own, else what
     tokenizer_config.json, metadata.json or an OPUS-MT name says."""
@@ -212,8 +217,10 @@ def import_ctranslate2(
         {**{k: own[k] for k in ("src_lang", "tgt_lang") if k in own}, **langs},
     )
     marker = {
-        **langs, "max_positions": _positions(max_positions, own), "generation": own.get("generation", {}),
-    }  # fmt: skip
+        **langs,
+        "max_positions": _positions(max_positions, own),
+        "generation": own.get("generation", {}),
+    }
     if token:  # a multilingual-target Marian's: each source starts with its language's token
         marker |= {"source_prefix": [token], "target_tokens": tokens}
     write_ct2_model(src, out, marker, str(src), source_eos, own)
@@ -221,9 +228,13 @@ def import_ctranslate2(
 
 
 def import_argos(
-    package: str | Path, out: str | Path, *, force: bool = False, source_eos: bool | None = None,
+    package: str | Path,
+    out: str | Path,
+    *,
+    force: bool = False,
+    source_eos: bool | None = None,
     max_positions: int | None = None,
-) -> dict:  # fmt: skip
+) -> dict:
     """Write the Argos package `package` as an mtcli CTranslate2 model at `out`; returns its
     mtcli.json. The zip is checked before anything is unpacked, and only what is used is."""
     package, out = Path(package), Path(out)
@@ -248,10 +259,11 @@ def import_argos(
                 shutil.copyfile(work / name, model / name)
         own = read_json_object(model / MARKER) if (model / MARKER).is_file() else {}
         marker = {
-            **_argos_languages(meta, package), "max_positions": _positions(max_positions, own),
+            **_argos_languages(meta, package),
+            "max_positions": _positions(max_positions, own),
             "generation": own.get("generation", {}),
             "target_prefix": [meta["target_prefix"]] if meta.get("target_prefix") else [],
-        }  # fmt: skip
+        }
         write_ct2_model(model, out, marker, str(package), source_eos, own)
     except zipfile.BadZipFile as e:
         raise UserError(f"{package}: a damaged zip ({e})") from None

@@ -78,9 +78,11 @@ def _norm(prefix: str, sd: dict, name: str, order: torch.Tensor) -> dict:
 
 def _feed_forward(prefix: str, sd: dict, name: str, order: torch.Tensor) -> dict:
     return {
-        f"{prefix}.fc1.weight": sd[f"{name}.up.weight"][:, order], f"{prefix}.fc1.bias": sd[f"{name}.up.bias"],
-        f"{prefix}.fc2.weight": sd[f"{name}.down.weight"][order], f"{prefix}.fc2.bias": sd[f"{name}.down.bias"][order],
-    }  # fmt: skip
+        f"{prefix}.fc1.weight": sd[f"{name}.up.weight"][:, order],
+        f"{prefix}.fc1.bias": sd[f"{name}.up.bias"],
+        f"{prefix}.fc2.weight": sd[f"{name}.down.weight"][order],
+        f"{prefix}.fc2.bias": sd[f"{name}.down.bias"][order],
+    }
 
 
 def _pair(sd: dict, name: str, part: int, parts: int) -> tuple:
@@ -103,10 +105,15 @@ def marian_state_dict(model: Seq2Seq) -> dict[str, torch.Tensor]:
     sd = {k: v.detach().float() for k, v in model.state_dict().items()}
     embed = sd["src_embed.weight"][:, order]
     positions = model.positions[:, order].float()
-    out = {"model.shared.weight": embed, "lm_head.weight": embed,
-           "model.encoder.embed_tokens.weight": embed, "model.decoder.embed_tokens.weight": embed,
-           "model.encoder.embed_positions.weight": positions, "model.decoder.embed_positions.weight": positions,
-           "final_logits_bias": _output_bias(model)}  # fmt: skip
+    out = {
+        "model.shared.weight": embed,
+        "lm_head.weight": embed,
+        "model.encoder.embed_tokens.weight": embed,
+        "model.decoder.embed_tokens.weight": embed,
+        "model.encoder.embed_positions.weight": positions,
+        "model.decoder.embed_positions.weight": positions,
+        "final_logits_bias": _output_bias(model),
+    }
     for i in range(cfg.n_enc_layers):
         mine, theirs = f"encoder_layers.{i}", f"model.encoder.layers.{i}"
         qkv = [_pair(sd, f"{mine}.self_attn.qkv_proj", j, 3) for j in range(3)]
@@ -135,26 +142,47 @@ def marian_state_dict(model: Seq2Seq) -> dict[str, torch.Tensor]:
 def marian_config(cfg: ModelConfig) -> dict:
     """config.json: MarianConfig's fields for this shape, mtcli's special ids."""
     return {
-        "architectures": ["MarianMTModel"], "model_type": "marian", "mtcli_version": __version__,
-        "vocab_size": cfg.src_vocab_size, "decoder_vocab_size": cfg.tgt_vocab_size, "d_model": cfg.d_model,
-        "encoder_layers": cfg.n_enc_layers, "decoder_layers": cfg.n_dec_layers,
-        "encoder_attention_heads": cfg.n_heads, "decoder_attention_heads": cfg.n_heads,
-        "encoder_ffn_dim": cfg.d_ff, "decoder_ffn_dim": cfg.d_ff, "activation_function": cfg.activation,
-        "max_position_embeddings": cfg.max_positions, "scale_embedding": True,
-        "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
-        "activation_dropout": cfg.activation_dropout, "pad_token_id": PAD_ID, "eos_token_id": EOS_ID,
-        "bos_token_id": BOS_ID, "decoder_start_token_id": BOS_ID, "forced_eos_token_id": EOS_ID,
-        "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "is_encoder_decoder": True,
-    }  # fmt: skip
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "mtcli_version": __version__,
+        "vocab_size": cfg.src_vocab_size,
+        "decoder_vocab_size": cfg.tgt_vocab_size,
+        "d_model": cfg.d_model,
+        "encoder_layers": cfg.n_enc_layers,
+        "decoder_layers": cfg.n_dec_layers,
+        "encoder_attention_heads": cfg.n_heads,
+        "decoder_attention_heads": cfg.n_heads,
+        "encoder_ffn_dim": cfg.d_ff,
+        "decoder_ffn_dim": cfg.d_ff,
+        "activation_function": cfg.activation,
+        "max_position_embeddings": cfg.max_positions,
+        "scale_embedding": True,
+        "dropout": cfg.dropout,
+        "attention_dropout": cfg.attention_dropout,
+        "activation_dropout": cfg.activation_dropout,
+        "pad_token_id": PAD_ID,
+        "eos_token_id": EOS_ID,
+        "bos_token_id": BOS_ID,
+        "decoder_start_token_id": BOS_ID,
+        "forced_eos_token_id": EOS_ID,
+        "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True,
+        "is_encoder_decoder": True,
+    }
 
 
 def generation_config(beam_size: int, length_penalty: float) -> dict:
     """generation_config.json: mtcli's decoding defaults and the tokens it never produces."""
     return {
-        "decoder_start_token_id": BOS_ID, "eos_token_id": EOS_ID, "forced_eos_token_id": EOS_ID,
-        "pad_token_id": PAD_ID, "bad_words_ids": [[PAD_ID], [BOS_ID]], "num_beams": beam_size,
-        "length_penalty": length_penalty, "max_length": 512,
-    }  # fmt: skip
+        "decoder_start_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "forced_eos_token_id": EOS_ID,
+        "pad_token_id": PAD_ID,
+        "bad_words_ids": [[PAD_ID], [BOS_ID]],
+        "num_beams": beam_size,
+        "length_penalty": length_penalty,
+        "max_length": 512,
+    }
 
 
 def _tokenizer_files(loaded, tmp: Path) -> None:
@@ -166,12 +194,19 @@ def _tokenizer_files(loaded, tmp: Path) -> None:
         shutil.copyfile(spm_file, tmp / name)
     vocab = {tok.src.id_to_piece(i): i for i in range(tok.src_vocab_size)}
     files.write_json(tmp / "vocab.json", vocab)
-    files.write_json(tmp / "tokenizer_config.json", {
-        "tokenizer_class": "MarianTokenizer", "source_lang": loaded.src_lang, "target_lang": loaded.tgt_lang,
-        "model_max_length": loaded.model.cfg.max_positions - 1, "separate_vocabs": False,
-        "unk_token": tok.src.id_to_piece(UNK_ID), "eos_token": tok.src.id_to_piece(EOS_ID),
-        "pad_token": tok.src.id_to_piece(PAD_ID),
-    })  # fmt: skip
+    files.write_json(
+        tmp / "tokenizer_config.json",
+        {
+            "tokenizer_class": "MarianTokenizer",
+            "source_lang": loaded.src_lang,
+            "target_lang": loaded.tgt_lang,
+            "model_max_length": loaded.model.cfg.max_positions - 1,
+            "separate_vocabs": False,
+            "unk_token": tok.src.id_to_piece(UNK_ID),
+            "eos_token": tok.src.id_to_piece(EOS_ID),
+            "pad_token": tok.src.id_to_piece(PAD_ID),
+        },
+    )
     files.write_json(
         tmp / "special_tokens_map.json",
         {"unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>"},

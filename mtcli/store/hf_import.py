@@ -102,11 +102,12 @@ def model_config(config: dict, where: Path) -> ModelConfig:
     shape = {mine: config[theirs] for mine, theirs in SIZES.items()}
     shape |= {
         "tgt_vocab_size": config.get("decoder_vocab_size") or config["vocab_size"],
-        "activation": ACTIVATIONS[config["activation_function"]], "pre_norm": False,
+        "activation": ACTIVATIONS[config["activation_function"]],
+        "pre_norm": False,
         # whether the embeddings are one matrix is the vocabularies' to say (_mapping)
         "share_embeddings": False,
         **{k: config.get(k, 0.0) for k in ("dropout", "attention_dropout", "activation_dropout")},
-    }  # fmt: skip
+    }
     try:  # mtcli's own rules (heads dividing d_model, dropout in [0, 1), ...)
         return build(ModelConfig, shape, lambda key: SIZES.get(key, key))
     except ConfigError as e:
@@ -233,7 +234,7 @@ def _layer(w: dict, theirs: str, mine: str, back: torch.Tensor, *, cross: bool) 
         w[f"{theirs}.fc2.weight"][back],
         w[f"{theirs}.fc2.bias"][back],
     )
-    return out  # fmt: skip
+    return out
 
 
 def _tokenizer_dir(
@@ -291,8 +292,10 @@ def _mapping(
 ) -> tuple[dict, dict, dict]:
     """The renumbered sentencepiece models (the source's with the language `tokens`), the rows
     each side takes, and the shape they give."""
-    vocab_files = {"source.spm": "vocab.json",
-                   "target.spm": "target_vocab.json" if tokenizer.get("separate_vocabs") else "vocab.json"}  # fmt: skip
+    vocab_files = {
+        "source.spm": "vocab.json",
+        "target.spm": "target_vocab.json" if tokenizer.get("separate_vocabs") else "vocab.json",
+    }
     models, rows = {}, {}
     for name, vocab_file in vocab_files.items():
         try:
@@ -315,12 +318,14 @@ def _mapping(
     tied = lm_head is None or torch.equal(lm_head, dec)
     bias = weights.get("final_logits_bias")
     shape = {
-        "src_vocab_size": len(rows["source.spm"]), "tgt_vocab_size": len(tgt_in),
+        "src_vocab_size": len(rows["source.spm"]),
+        "tgt_vocab_size": len(tgt_in),
         "share_embeddings": bool(config.get("share_encoder_decoder_embeddings", True))
-        and models["source.spm"] == models["target.spm"] and torch.equal(rows["source.spm"], tgt_in),
+        and models["source.spm"] == models["target.spm"]
+        and torch.equal(rows["source.spm"], tgt_in),
         "tie_output": bool(tied) and torch.equal(tgt_in, rows["target.spm"]),
         "output_bias": bias is not None and bool(bias.abs().max() > 0),
-    }  # fmt: skip
+    }
     return (
         models,
         {"src": rows["source.spm"], "tgt_in": tgt_in, "tgt_out": rows["target.spm"]},
@@ -329,9 +334,14 @@ def _mapping(
 
 
 def import_huggingface(
-    src: str | Path, out: str | Path, *, force: bool = False, langs: dict | None = None,
-    origin: str | None = None, name: str | None = None,
-) -> Path:  # fmt: skip
+    src: str | Path,
+    out: str | Path,
+    *,
+    force: bool = False,
+    langs: dict | None = None,
+    origin: str | None = None,
+    name: str | None = None,
+) -> Path:
     """Write the MarianMT directory `src` as an mtcli model directory at `out`; `langs`
     (src_lang/tgt_lang) over what the directory says, `origin` recorded as imported_from,
     `name` the repository's (its languages where its files do not say them)."""

@@ -107,10 +107,12 @@ def _snapshot(req: PullRequest, progress: bool) -> Path:
         for weights in WEIGHT_FILES:
             path = Path(
                 huggingface_hub.snapshot_download(
-                    req.repo_id, revision=req.revision, allow_patterns=[*TEXT_FILES, weights],
+                    req.repo_id,
+                    revision=req.revision,
+                    allow_patterns=[*TEXT_FILES, weights],
                     library_name="mtcli",
                 )
-            )  # fmt: skip
+            )
             if (path / weights).is_file():
                 return path
     except errors.RevisionNotFoundError:
@@ -163,9 +165,13 @@ def _write_card(out: Path, snapshot: Path, repo_id: str, commit: str) -> None:
     lines = ["---", f"pulled_from: {repo_id}", f"revision: {commit}"]
     lines += [f"{key}: {theirs[key]}" for key in ("license", "language") if theirs.get(key)]
     lines += [
-        "---", "", f"# {out.name}", "",
+        "---",
+        "",
+        f"# {out.name}",
+        "",
         f"Pulled from the Hugging Face hub: https://huggingface.co/{repo_id} (commit {commit}).",
         "Its quality is what its publisher reports there; mtcli has not measured it",
-        f"(`mtcli eval -m {out.name} ...` does).", "",
-    ]  # fmt: skip
+        f"(`mtcli eval -m {out.name} ...` does).",
+        "",
+    ]
     files.write_file_atomic(out / CARD_FILE, "\n".join(lines).encode("utf-8"))

@@ -106,7 +106,9 @@ def generation_defaults(config: dict, cfg_path: Path | str = CONFIG_FILE) -> dic
         if key == "quantize":
             if value not in QUANTIZE_CHOICES:
                 choices = ", ".join(QUANTIZE_CHOICES)
-                raise UserError(f"{cfg_path}: generation.quantize = {value!r}: must be one of {choices}")  # fmt: skip
+                raise UserError(
+                    f"{cfg_path}: generation.quantize = {value!r}: must be one of {choices}"
+                )
             continue
         if key not in GENERATION_FIELDS:
             known = ", ".join((*GENERATION_FIELDS, "quantize"))

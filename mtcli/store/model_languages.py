@@ -25,9 +25,11 @@ def languages(src: Path, tokenizer: dict, name: str, given: dict) -> dict[str, s
     found = {}
     for n, (side, theirs, flag) in enumerate(sides):
         code = str(
-            given.get(side) or tokenizer.get(theirs) or meta.get(f"{side[:3]}_alpha2")
+            given.get(side)
+            or tokenizer.get(theirs)
+            or meta.get(f"{side[:3]}_alpha2")
             or (named.group(n + 1) if named else "")
-        )  # fmt: skip
+        )
         if not code:
             raise UserError(
                 f"{src}: neither tokenizer_config.json nor metadata.json says which language "

@@ -14,6 +14,7 @@ from pathlib import Path
 from mtcli.data.textio import read_lines
 from mtcli.errors import UserError
 from mtcli.text.language import HAN
+from mtcli.text.writing import UNSPACED
 
 
 @dataclass
@@ -53,6 +54,13 @@ def _pattern(term: str) -> re.Pattern:
     if HAN.search(term):
         return re.compile(re.escape(term))
     return re.compile(rf"(?<!\w){re.escape(term)}(?!\w)", re.IGNORECASE)
+
+
+def target_phrases(tokenizer, tgt_lang: str, strings) -> list[list[int]]:
+    """The target token ids of each string (a glossary term, a span to keep) as it appears
+    inside a sentence of `tgt_lang`; strings with no ids left out."""
+    spaced = tgt_lang not in UNSPACED  # a term starts a word only where words are spaced
+    return [ids for s in strings if (ids := phrase_ids(tokenizer, s, spaced))]
 
 
 def phrase_ids(tokenizer, term: str, spaced: bool) -> list[int]:

@@ -11,7 +11,7 @@ language (it is left as it is).
 
 py3langid decompresses its 4.6 MB model in ~0.5 s; the part mtcli asks about is kept in the
 cache folder after the first use (~0.06 s to load), and is loaded only for a line that needs
-it, so `mtcli translate "Hello."` never waits for it. Stdlib only at import.
+it, so `mtcli translate "Hello."` never waits for it. Stdlib (and text/writing.py) only at import.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import re
 import threading
 import unicodedata
 from collections.abc import Iterable
+
+from mtcli.text.writing import HAN_WRITTEN
 
 HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef]")
 KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
@@ -73,8 +75,6 @@ SCRIPT_DECIDED = frozenset({"zh", "ja", "ko", *SCRIPT_LANGUAGES})
 # every language the identifier can name: a text claimed to be in one of these and surely in
 # another is in the other; a claim outside it can be contradicted only by a script
 IDENTIFIABLE = SCRIPT_DECIDED | set(LATIN_LANGUAGES) | set(CYRILLIC_LANGUAGES)
-# languages written in Han characters too: a line of Han alone does not rule them out
-HAN_WRITTEN = frozenset({"zh", "ja", "yue", "wuu", "lzh", "cmn", "gan", "hak", "nan"})
 
 
 def sure_language(line: str) -> str | None:
@@ -180,9 +180,14 @@ def _identifier(languages: tuple[str, ...]):
     with _loading:
         arrays = _restricted_model(languages)
     return LanguageIdentifier(
-        arrays["ptc"], arrays["pc"], arrays["classes"].tolist(), _array(arrays["nextmove"]),
-        arrays["out_feat"].tolist(), norm_probs=True, tk_row=_array(arrays["nextmove_row"]),
-    )  # fmt: skip
+        arrays["ptc"],
+        arrays["pc"],
+        arrays["classes"].tolist(),
+        _array(arrays["nextmove"]),
+        arrays["out_feat"].tolist(),
+        norm_probs=True,
+        tk_row=_array(arrays["nextmove_row"]),
+    )
 
 
 def _restricted_model(languages: tuple[str, ...]) -> dict:
@@ -206,11 +211,13 @@ def _restricted_model(languages: tuple[str, ...]) -> dict:
     ptc, pc, classes, nextmove, row, output = load_model(MODEL_DIR / MODEL_FILE)
     keep = [classes.index(language) for language in languages]
     arrays = {
-        "ptc": np.ascontiguousarray(ptc[:, keep]), "pc": pc[keep], "classes": np.array(languages),
+        "ptc": np.ascontiguousarray(ptc[:, keep]),
+        "pc": pc[keep],
+        "classes": np.array(languages),
         "nextmove": np.frombuffer(nextmove, dtype=f"u{nextmove.itemsize}"),
         "nextmove_row": np.frombuffer(row, dtype=f"u{row.itemsize}"),
         "out_feat": np.asarray(output, dtype=np.int32),
-    }  # fmt: skip
+    }
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     try:

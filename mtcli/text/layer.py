@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from mtcli.data.placeholders import PER_SENTENCE, span_piece
+from mtcli.data.tokenizer import word_count
 from mtcli.text.casing import casing_of, restyle, sentence_case
 from mtcli.text.dates import invented_dates
 from mtcli.text.language_check import LanguageCheck
 from mtcli.text.placeholders import empty_tags, from_placeholders, to_placeholders
 from mtcli.text.render import render
-from mtcli.text.sentences import UNSPACED, fit, join_sentences, split_sentences
+from mtcli.text.sentences import fit, join_sentences, split_sentences
 from mtcli.text.spans import (
     NUMBER,
     find_spans,
@@ -30,6 +31,7 @@ from mtcli.text.spans import (
     renumbered,
     stand_in,
 )
+from mtcli.text.writing import UNSPACED
 
 # spans a model reads as they are written (3 hours, 8:15, 15%): kept, not stood in for
 VERBATIM_KINDS = ("number", "time", "pct")
@@ -109,15 +111,23 @@ class TextLayer:
     def _document(self, line: str, text: str, done: list):
         """An HTML line's result: its translated text, judged by its runs' results."""
         score = sum(r.score for r in done) / len(done) if done else 0.0
-        judged = [r.confidence for r in done if r.confidence is not None]
         base = done[0] if done else self.inner.translate_chunk([""])[0]  # an empty line's result
         return replace(
-            base, source=line, text=text, score=score, nbest=[(text, score)],
-            truncated=any(r.truncated for r in done), alignment=None, attention=None,
-            trace=None, pieces=None, confidence=min(judged) if judged else None,
-            sentence_confidences=None, flagged=any(r.flagged for r in done),
+            base,
+            source=line,
+            text=text,
+            score=score,
+            nbest=[(text, score)],
+            truncated=any(r.truncated for r in done),
+            alignment=None,
+            attention=None,
+            trace=None,
+            pieces=None,
+            confidence=least_sure(r.confidence for r in done),
+            sentence_confidences=None,
+            flagged=any(r.flagged for r in done),
             flagged_parts=[r.source for r in done if r.flagged] if len(done) > 1 else None,
-        )  # fmt: skip
+        )
 
     def _keep_word(self, n: int, text: str) -> str:
         """What the n-th inline code element of an HTML run travels as: a code piece the model
@@ -150,13 +160,15 @@ class TextLayer:
         result = self._flagged(self._rebuild(line, segments, parts), segments)
         if self.confidence is None or result.passthrough:
             return result
-        confidence = min(sentences, default=1.0)  # a blank line: nothing to doubt
+        confidence = least_sure(sentences, blank=1.0)  # a blank line: nothing to doubt
         if result.invented_numbers or any(seg.lost for seg in segments):
             confidence = min(confidence, self.confidence.threshold / 2)  # known wrong: flagged
         return replace(
-            result, confidence=confidence, sentence_confidences=sentences,
+            result,
+            confidence=confidence,
+            sentence_confidences=sentences,
             flagged=confidence < self.confidence.threshold,
-        )  # fmt: skip
+        )
 
     def _estimate(self, segments: list[Segment], results: list) -> None:
         """Each sentence's confidence, from what the model read and wrote (one batched call)."""
@@ -194,9 +206,10 @@ class TextLayer:
         if again and getattr(self.inner, "constrains", False):
             self.decoded_again += len(again)
             redone = self.inner.translate_chunk(
-                [segments[j].text for j in again], [wanted[j] for j in again] if wanted else None,
+                [segments[j].text for j in again],
+                [wanted[j] for j in again] if wanted else None,
                 [segments[j].keep for j in again],
-            )  # fmt: skip
+            )
             for j, result in zip(again, redone, strict=True):
                 _kept(segments[j], result)  # a forced 165 the model went on to write as 1650
                 results[j] = result
@@ -256,10 +269,17 @@ class TextLayer:
         traced = all(p.trace is not None for p in parts)
         trace = [step for p in parts for step in p.trace] if traced else None
         return replace(
-            parts[0], source=line, text=text, score=score, nbest=[(text, score)],
-            truncated=any(p.truncated for p in parts), alignment=_joined_alignment(parts),
-            trace=trace, attention=None, pieces=_joined_pieces(parts),
-        )  # fmt: skip
+            parts[0],
+            source=line,
+            text=text,
+            score=score,
+            nbest=[(text, score)],
+            truncated=any(p.truncated for p in parts),
+            alignment=_joined_alignment(parts),
+            trace=trace,
+            attention=None,
+            pieces=_joined_pieces(parts),
+        )
 
     def _give_back(self, segment: Segment, text: str, quiet: bool = False) -> str:
         """Stand-ins replaced by their spans, and the source's casing where the target has it;
@@ -314,8 +334,8 @@ def _joined_alignment(parts: list) -> list[tuple[int, int]] | None:
     joined, src_base, tgt_base = [], 0, 0
     for p in parts:
         joined += [(s + src_base, t + tgt_base) for s, t in p.alignment]
-        src_base += _words(p.attention.source[:-1], by_space=True)
-        tgt_base += _words(p.attention.target[:-1], by_space=" " in p.text)
+        src_base += word_count(p.attention.source[:-1], by_space=True)
+        tgt_base += word_count(p.attention.target[:-1], by_space=" " in p.text)
     return joined
 
 
@@ -325,10 +345,11 @@ def _joined_pieces(parts: list) -> list[str] | None:
     return [piece for p in parts for piece in p.pieces]
 
 
-def _words(pieces: list[str], by_space: bool) -> int:
-    return sum(
-        1 for i, piece in enumerate(pieces) if not by_space or i == 0 or piece.startswith("▁")
-    )
+def least_sure(confidences, blank: float | None = None) -> float | None:
+    """A whole (a line, a document's string, a request's lines) is as sure as its least sure
+    part; `blank` where no part has a confidence."""
+    known = [c for c in confidences if c is not None]
+    return min(known) if known else blank
 
 
 def _excerpt(line: str, width: int = 60) -> str:

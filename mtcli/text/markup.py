@@ -213,21 +213,6 @@ def read(document: str, keep_word: Callable[[int, str], str] = stand_in) -> list
     return reader.parts
 
 
-def translate_html(
-    document: str,
-    translate: Callable[[list[str]], list],
-    tgt_spaced: bool,
-    keep_word: Callable[[int, str], str] = stand_in,
-) -> str:
-    """The document with each run's text translated by `translate` (lines -> Translations with
-    word alignments and, for a target without spaces, its pieces) and its tags put back. An
-    inline code element travels as `keep_word(n, run text)`: a stand-in number, or a model's
-    placeholder piece."""
-    parts = read(document, keep_word)
-    texts = run_texts(parts)
-    return written(parts, translate(texts) if texts else [], tgt_spaced)
-
-
 def run_texts(parts: list[str | Run]) -> list[str]:
     """The texts to translate of a read document: its runs that hold more than whitespace."""
     return [p.text.strip() for p in parts if isinstance(p, Run) and p.text.strip()]

@@ -12,13 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from mtcli.data.placeholders import PIECE, TAGS, span_piece, tag_pieces
+from mtcli.data.placeholders import PIECE, PIECE_ANY_CASE, TAGS, piece_kind, span_piece, tag_pieces
 from mtcli.text.render import render
 from mtcli.text.spans import Span
 
-# a span kind of text/spans.py -> the placeholder kind standing for it; a plain number has none
-PIECE_KIND = {"placeholder": "ph", "number": None}
-ANY_CASE = re.compile(PIECE.pattern.replace("a-z", "A-Za-z"))  # a target in upper case: ｟URL1｠
 OPENING = re.compile(r"<([A-Za-z][\w-]*)(?:\s[^<>]*)?>")
 VOID = re.compile(r"<(?:br|img|hr|input|wbr)\b[^<>]*/?>|<[A-Za-z][\w-]*(?:\s[^<>]*)?/>")
 
@@ -58,7 +55,7 @@ def to_placeholders(text: str, spans: list[Span], known: set[str], tgt_lang: str
     for span in spans:
         if any(span.start < b and a < span.end for a, b in in_tags):
             continue  # a URL inside an href goes back with its tag
-        kind = PIECE_KIND.get(span.kind, span.kind)
+        kind = piece_kind(span.kind)
         counts[kind or ""] = n = counts.get(kind or "", 0) + 1
         piece = span_piece(kind, n) if kind else ""
         if piece not in known:
@@ -98,7 +95,7 @@ def from_placeholders(text: str, given_back: dict[str, str]) -> str:
             value += " "
         return value
 
-    return ANY_CASE.sub(back, text)
+    return PIECE_ANY_CASE.sub(back, text)
 
 
 def _glued(left: str, right: str) -> bool:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from mtcli.text.writing import UNSPACED
+
 SENTENCE_END = re.compile(r"[.!?。！？…]\s*\S")  # an end mark with text after it
 CLAUSE_END = re.compile(r"(?<=[,;:，；：、])\s*")
-UNSPACED = ("zh", "ja", "th")  # languages written without spaces (between words or sentences)
 
 
 def split_sentences(line: str, language: str) -> list[str]:

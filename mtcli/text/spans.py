@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mtcli.text.writing import HAN_WRITTEN
+
 MONTHS = (
     "January|February|March|April|May|June|July|August|September|October|November|December|"
     "Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec"
@@ -26,6 +28,19 @@ _ZH_MONEY = "美元|欧元|英镑|日元|港元|港币|人民币|块钱|元"
 _SIGNS = "$€£¥￥"
 _CJK = "\u3000-\u9fff\uff00-\uffef"  # CJK characters and full-width punctuation
 _CODES = "USD|EUR|GBP|CNY|RMB|JPY|HKD|CHF|CAD|AUD"
+
+# a software string's placeholders: what a translation must hold exactly as the source does
+# (the text layer keeps them as spans, documents/segments.py checks each translated string).
+# No space flag in printf's: "100% of" and "the % of" are prose, not "% o".
+SOFTWARE_PLACEHOLDER = re.compile(
+    r"\{\{\s*[\w.]+\s*\}\}"  # {{name}}
+    r"|\$\{[\w.]+\}"  # ${name}
+    r"|\{[\w.$-]*\}"  # {name}, {0}, {}, {$count}
+    r"|%(?:\d+\$)?[-+0#]*\d*(?:\.\d+)?[sdifuxXoeEgGc%@]"  # printf: %s, %1$s, %.2f, %@
+    r"|%\(\w+\)[sdif]"  # python: %(name)s
+    r"|</?\d+/?>"  # <0>, </0>, <1/>
+)
+
 
 # most specific first: a URL's digits are the URL's, a placeholder's braces are not a number's,
 # a date's or a phone number's digits are one span (12/05/2024 was three numbers, and cut)
@@ -46,17 +61,7 @@ PATTERNS = [
     ),
     # before the placeholders: 3.5% of is a percentage, not 3.5 and a printf "% o"
     ("pct", re.compile(rf"(?<![A-Za-z0-9_.,]){_AMOUNT} ?%")),
-    (
-        "placeholder",
-        re.compile(
-            r"\{\{\s*[\w.]+\s*\}\}"  # {{name}}
-            r"|\$\{[\w.]+\}"  # ${name}
-            r"|\{[\w.]*\}"  # {name}, {0}, {}
-            r"|%(?:\d+\$)?[-+ 0#]*\d*(?:\.\d+)?[sdifuxXoeEgGc%]"  # printf: %s, %d, %1$s, %.2f
-            r"|%\(\w+\)[sdif]"  # python: %(name)s
-            r"|</?\d+/?>"  # <0>, </0>, <1/>
-        ),
-    ),  # fmt: skip
+    ("placeholder", SOFTWARE_PLACEHOLDER),
     (
         "date",
         re.compile(
@@ -68,7 +73,7 @@ PATTERNS = [
             rf"|\b(?:{MONTHS})\.? \d{{1,2}}(?:st|nd|rd|th)?\b(?![:.,]?\d)"
             rf"|(?<![\d.,:])\b\d{{1,2}}(?:st|nd|rd|th)? (?:{MONTHS})\b"
         ),
-    ),  # fmt: skip
+    ),
     (
         "phone",
         re.compile(
@@ -76,7 +81,7 @@ PATTERNS = [
             r"|\(\d{3}\) ?\d{3}-\d{4}\b|(?<![\d-])\d{3}-\d{3}-\d{4}(?![\d-])"  # (555) 123-4567
             r"|(?<![\d-])(?:\d{3}-\d{4}|0\d{2,3}-\d{7,8})(?![\d-])"  # 555-0199, 010-12345678
         ),
-    ),  # fmt: skip
+    ),
     (
         "price",
         re.compile(
@@ -84,14 +89,14 @@ PATTERNS = [
             rf"|\b(?:{_CODES}) ?{_AMOUNT}|(?<![A-Za-z0-9_.,]){_AMOUNT} ?(?:{_CODES})\b"  # USD 20, 20 EUR
             rf"|(?<![\d.,:]){_AMOUNT}(?:万|亿)?(?:{_ZH_MONEY})"  # 350元, 5万元
         ),
-    ),  # fmt: skip
+    ),
     (
         "time",
         re.compile(
             r"(?<![\d:.])\d{1,2}:\d{2}(?::\d{2})?(?: ?(?:[ap]\.m\.|[AaPp][Mm]\b))?(?![\d:])"
             r"|(?<![\d.,])\d{1,2} ?(?:[ap]\.m\.|[AaPp][Mm]\b)"  # 3 pm, 10 a.m.
         ),
-    ),  # fmt: skip
+    ),
     (
         "ver",
         re.compile(
@@ -100,7 +105,7 @@ PATTERNS = [
             r"|\b[A-Z]{1,4}\d+[A-Za-z0-9]*\b"  # XM5, A4, MP3
             r"|\b[a-z]+[A-Z][A-Za-z]+(?: \d+)?(?: (?:Pro|Max|Plus|Mini|Ultra|Air|SE))*\b"  # iPhone 15 Pro
         ),
-    ),  # fmt: skip
+    ),
     # a number with its magnitude word: translated by value (40 million -> 4000万, 3亿 -> 300 million)
     (
         "num",
@@ -118,7 +123,6 @@ TERMS = {
         r"[A-Za-z][A-Za-z0-9'’.&+-]*(?: [A-Za-z0-9][A-Za-z0-9'’.&+-]*)*(?<![.'’-])"
     ),
 }
-UNSPACED_LANGUAGES = ("zh", "ja")
 
 
 @dataclass(frozen=True)
@@ -137,8 +141,8 @@ def find_spans(line: str, language: str = "") -> list[Span]:
     patterns = list(PATTERNS)
     # a term is one inside text of the line's own script: a line of English given to a Chinese
     # model is the wrong language (text/language_check.py), not one long term
-    if language and (language not in UNSPACED_LANGUAGES or TERMS["cjk"].search(line)):
-        other = "latin" if language in UNSPACED_LANGUAGES else "cjk"
+    if language and (language not in HAN_WRITTEN or TERMS["cjk"].search(line)):
+        other = "latin" if language in HAN_WRITTEN else "cjk"
         patterns.insert(-1, ("term", TERMS[other]))
     taken: list[Span] = []
     for kind, pattern in patterns:
@@ -288,9 +292,10 @@ def lost_spans(translation: str, spans: list[str]) -> list[str]:
     """The spans the translation lost: a span that occurs twice must occur twice, and a number
     counts only where no digit touches it (165 is not in 1650)."""
     return [
-        text for text in dict.fromkeys(spans)
+        text
+        for text in dict.fromkeys(spans)
         if len(re.findall(_alone(text), translation)) < spans.count(text)
-    ]  # fmt: skip
+    ]
 
 
 def _alone(text: str) -> str:

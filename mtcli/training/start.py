@@ -171,9 +171,11 @@ def start_from_model(cfg: TrainConfig) -> Start:
         tokenizer, tokenizer_dir = Tokenizer.load(cfg.tokenizer), Path(cfg.tokenizer)
     # the same weights in a model with this run's dropout rates (and vocabulary)
     shape = dataclasses.replace(
-        loaded.model.cfg, **_dropouts(cfg.model),
-        src_vocab_size=tokenizer.src_vocab_size, tgt_vocab_size=tokenizer.tgt_vocab_size,
-    )  # fmt: skip
+        loaded.model.cfg,
+        **_dropouts(cfg.model),
+        src_vocab_size=tokenizer.src_vocab_size,
+        tgt_vocab_size=tokenizer.tgt_vocab_size,
+    )
     model = Seq2Seq(shape)
     model.load_state_dict(_grown(loaded.model.state_dict(), model.state_dict()))
     return Start(model, tokenizer, tokenizer_dir)

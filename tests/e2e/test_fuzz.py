@@ -10,7 +10,8 @@ from fastapi.testclient import TestClient
 
 from mtcli.config import ServeConfig
 from mtcli.serving.app import create_app
-from tests.test_serve import _models, _wait_ready
+from tests.conftest import wait_ready
+from tests.test_serve import _models
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +68,7 @@ def test_no_body_makes_a_500(copy_model_dir):
     app = create_app(_models(copy_model_dir), ServeConfig(max_lines=8, max_chars=200), logs.append)
     statuses = []
     with TestClient(app, raise_server_exceptions=False) as c:
-        assert _wait_ready(c)
+        assert wait_ready(c)
         for path, content, headers in _fuzzed_bodies(random.Random(5), 5000):
             r = c.post(path, content=content, headers=headers)
             statuses.append(r.status_code)
@@ -112,12 +113,12 @@ def test_no_upload_makes_a_500():
     no internal error in the log, nothing held but what was translated."""
     import random
 
-    from tests.test_serve_files import _app, _files, _ready
+    from tests.test_serve_files import _app, _files
 
     app = _app()
     documents, rng, statuses = _documents(), random.Random(7), []
     with TestClient(app, raise_server_exceptions=False) as c:
-        _ready(c)
+        assert wait_ready(c)
         for _ in range(2000):
             name = rng.choice(list(documents))
             data = _mutated(rng, documents[name])

@@ -256,7 +256,7 @@ def test_every_command_takes_an_imported_model(tmp_path):
 
     from mtcli.config import ServeConfig
     from mtcli.serving.app import Models, create_app, mtcli_served
-    from tests.test_serve import _wait_ready
+    from tests.conftest import wait_ready
 
     hf, back = tmp_path / "hf", tmp_path / "back"
     assert (
@@ -287,7 +287,7 @@ def test_every_command_takes_an_imported_model(tmp_path):
     assert CliRunner().invoke(main, ["attention", *m, "Why do we work?"]).exit_code == 0
     app = create_app(Models(lambda: [mtcli_served("back", load_model(back), "cpu")]), ServeConfig())
     with TestClient(app) as client:
-        assert _wait_ready(client)
+        assert wait_ready(client)
         answer = client.post(
             "/translate", json={"q": "Why do we work?", "source": "en", "target": "zh"}
         )

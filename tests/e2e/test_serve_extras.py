@@ -7,7 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.test_serve import _reference, _Server
+from tests.conftest import reference_translations
+from tests.test_serve import _Server
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +25,7 @@ def test_serve_with_the_ctranslate2_engine(tmp_path, copy_model_dir, copy_lines)
         r = httpx.post(server.url + "/translate", json=q, timeout=30)
     finally:
         code, err = server.stop()
-    assert r.status_code == 200 and r.json()["translatedText"] == _reference(
+    assert r.status_code == 200 and r.json()["translatedText"] == reference_translations(
         copy_model_dir, copy_lines[:3], beam_size=1
     )
     assert code == 0, err

@@ -45,11 +45,19 @@ def main(font: str) -> None:
     text.write_text("".join(sorted(chars)), encoding="utf-8")
     try:
         subprocess.run(
-            [sys.executable, "-m", "fontTools.subset", font, f"--text-file={text}",
-             f"--output-file={HERE / 'cjk-subset.ttf'}", "--no-hinting", "--layout-features=",
-             "--name-IDs=*"],
+            [
+                sys.executable,
+                "-m",
+                "fontTools.subset",
+                font,
+                f"--text-file={text}",
+                f"--output-file={HERE / 'cjk-subset.ttf'}",
+                "--no-hinting",
+                "--layout-features=",
+                "--name-IDs=*",
+            ],
             check=True,
-        )  # fmt: skip
+        )
     finally:
         text.unlink()
     print(f"{len(chars)} characters -> {HERE / 'cjk-subset.ttf'}")

@@ -28,7 +28,9 @@ class Preset:
 
 
 def preset_names() -> list[str]:
-    return sorted(p.name.removesuffix(".toml") for p in _folder().iterdir() if p.name.endswith(".toml"))  # fmt: skip
+    return sorted(
+        p.name.removesuffix(".toml") for p in _folder().iterdir() if p.name.endswith(".toml")
+    )
 
 
 def load_preset(name: str) -> Preset:

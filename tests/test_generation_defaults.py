@@ -20,6 +20,7 @@ from mtcli.config import DecodeConfig
 from mtcli.data.tokenizer import Tokenizer
 from mtcli.model.transformer import Seq2Seq
 from mtcli.serving.app import Models, ServeConfig, create_app, mtcli_served
+from mtcli.serving.models import Wanted
 from mtcli.store.checkpoint import SaveRequest, load_model, save_model
 from tests.conftest import (
     copy_sentences,
@@ -134,9 +135,7 @@ def test_a_model_recommending_int8_is_decoded_in_int8(greedy_model, tmp_path):
     fp32 = dataclasses.replace(options, quantize="none")
     assert _int8_modules(build_translator([model], build_decode_config(), fp32).models[0]) == (0, n_linear)  # fmt: skip
     (served,) = loader([model], "mtcli", "cpu", 1, ready=lambda line: None)()
-    in_server = served.make_translator(
-        DecodeConfig(beam_size=1), False
-    ).inner  # inside its text layer
+    in_server = served.make_translator(DecodeConfig(beam_size=1), Wanted()).inner  # its layer's
     assert _int8_modules(in_server.models[0]) == (n_linear, 0)
 
     def cli(m: Path, *args: str) -> list[str]:

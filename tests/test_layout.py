@@ -150,6 +150,20 @@ def test_no_module_imports_itself_round_a_cycle():
     assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
 
 
+def test_the_search_and_the_translator_know_nothing_of_text():
+    """decoding/ and engines/translator.py take token ids and phrases of ids: spans, casing,
+    spacing and sentences are the text layer's (it plans, they search, it renders)."""
+    searching = sorted((PACKAGE / "decoding").glob("*.py")) + [
+        PACKAGE / "engines" / "translator.py"
+    ]
+    reading_text = [
+        str(path.relative_to(REPO))
+        for path in searching
+        if any(name.startswith("mtcli.text") for name in _imports(path))
+    ]
+    assert reading_text == []
+
+
 def _fresh(code: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True

@@ -141,7 +141,7 @@ def test_an_internal_error_is_a_500_and_one_log_line(capsys):
     """A failure that is not the client's: a JSON 500 naming its kind, one log line with the
     message, no traceback (uvicorn printed one when the exception left the app)."""
 
-    def broken(cfg, align, **options):
+    def broken(cfg, wanted):
         raise RuntimeError("boom")
 
     logs: list[str] = []

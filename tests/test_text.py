@@ -188,7 +188,9 @@ def test_an_english_target_takes_the_source_casing():
     """A layer over a translator that answers in lower case: caps in, caps out."""
 
     class Lower:
-        def translate_chunk(self, lines, prefixes=None):
+        constrains = False
+
+        def translate_chunk(self, lines, prefixes=None, keep=None):
             return [_result(line.lower()) for line in lines]
 
     layer = TextLayer(Lower(), src_lang="en", tgt_lang="en", can_write=lambda s: True,
@@ -254,9 +256,9 @@ def test_html_lines_are_decoded_together_and_each_as_it_would_be_alone(en_zh):
     line's translation equals the one it gets alone."""
     t = build_translator([MODELS / "en-zh-tiny"], DecodeConfig(), EngineOptions(device="cpu", html=True))  # fmt: skip
     calls = []
-    inner = t.inner.translate_chunk if hasattr(t, "inner") else None
-    assert inner is not None
-    t.inner.translate_chunk = lambda lines, *rest: calls.append(lines) or inner(lines, *rest)
+    model = t.layer.inner  # the model's translator, under the markup and text layers
+    inner = model.translate_chunk
+    model.translate_chunk = lambda lines, *rest: calls.append(lines) or inner(lines, *rest)
     together = [r.text for r in t.translate_chunk(DOCUMENTS[:3])]
     # one first pass over every run (a second call decodes again those that lost a span)
     assert "Where is the" in calls[0][0] and any("Hello" in run for run in calls[0])
@@ -268,7 +270,9 @@ def test_html_projects_inline_tags_through_the_alignment():
     """A translator that reverses the words (and says so in its alignment)."""
 
     class Reverse:
-        def translate_chunk(self, lines, prefixes=None):
+        constrains = False
+
+        def translate_chunk(self, lines, prefixes=None, keep=None):
             out = []
             for line in lines:
                 words = line.split()

@@ -27,6 +27,7 @@ from mtcli.text.glossary import Glossary, target_phrases
 from mtcli.text.language import majority_language, source_language
 from mtcli.text.language_check import LanguageCheck
 from mtcli.text.layer import TextLayer
+from mtcli.text.markup_layer import MarkupLayer
 
 if TYPE_CHECKING:
     import torch
@@ -160,23 +161,23 @@ def _own_translator(
         align=options.align or options.html,
         trace=options.trace,
         constraints=_constraints(options.glossary, first),
-        tgt_lang=first.tgt_lang,
     )
     if not options.text_layer:
         return translator
-    return TextLayer(
+    layer = TextLayer(
         translator,
         src_lang=first.src_lang,
         tgt_lang=first.tgt_lang,
         can_write=lambda s: writes_exactly(tokenizer, s),
         count_tokens=tokenizer.source_tokens,
         max_tokens=translator.truncate.limit,
+        to_phrases=lambda strings: target_phrases(tokenizer, first.tgt_lang, strings),
         warn=options.warn,
-        html=options.html,
         language_check=_language_check(models[0], first.src_lang, options) if chosen else None,
         placeholders=[p for p in first.placeholders if all(p in m.placeholders for m in loaded)],
         confidence=_confidence(first, device, options),
     )
+    return MarkupLayer(layer) if options.html else layer
 
 
 def _confidence(loaded, device, options: EngineOptions):

@@ -88,6 +88,8 @@ def ct2_device(asked: str) -> str:
 class CT2Translator:
     """Lines -> Translations with CTranslate2, under the same DecodeConfig as mtcli's own."""
 
+    constrains = False  # no constrained search: a span a translation lost stays named
+
     def __init__(
         self,
         path: Path,
@@ -166,7 +168,7 @@ class CT2Translator:
         self,
         lines: list[str],
         prefixes: list[str | None] | None = None,
-        keep: list[list[str]] | None = None,
+        keep: list[list[list[int]]] | None = None,
     ) -> list[Translation]:
         """As mtcli's Translator; `keep` is not enforced (CTranslate2 has no constrained
         search): the text layer checks the outputs and names what was lost."""

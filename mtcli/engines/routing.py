@@ -13,7 +13,8 @@ from mtcli.engines.result import Translation
 
 
 class ChunkTranslator(Protocol):
-    """Anything that translates a list of lines (mtcli's Translator, CTranslate2's, a Router)."""
+    """Anything that translates a list of lines (mtcli's Translator, CTranslate2's, a text
+    layer, a Router): line i's translation starts with `prefixes[i]` where given."""
 
     def translate_chunk(
         self, lines: list[str], prefixes: list[str | None] | None = None

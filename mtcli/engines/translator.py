@@ -24,7 +24,6 @@ from mtcli.engines.result import AttentionMaps, Translation
 from mtcli.engines.routing import Truncator, stream
 from mtcli.model.linear import with_rows_padded
 from mtcli.model.transformer import Seq2Seq
-from mtcli.text.glossary import target_phrases
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
@@ -94,14 +93,12 @@ class Translator:
         align: bool = False,
         trace: bool = False,
         constraints: Callable[[str], list[list[int]]] | None = None,
-        tgt_lang: str = "",
     ):
         if cfg.sample and (align or trace):
             raise ValueError("sampling records no attention or search steps: no align or trace")
         self.models = [m.eval() for m in as_list(model)]
         # the target phrases (token ids) a line's translation must contain: a glossary's terms
         self.constraints = constraints
-        self.tgt_lang = tgt_lang  # how a kept string is written inside a target sentence
         # translate_chunk's `keep` is enforced (text/layer.py asks); not when sampling: a draw
         # is what it is, and constrained beam search would replace it by a search
         self.constrains = not cfg.sample
@@ -182,13 +179,14 @@ class Translator:
         self,
         lines: list[str],
         prefixes: list[str | None] | None = None,
-        keep: list[list[str]] | None = None,
+        keep: list[list[list[int]]] | None = None,
     ) -> list[Translation]:
         """Translate a list of lines, sorted internally by length, returned in input order.
         `prefixes[i]`, when given, is text line i's translation must start with; `keep[i]`,
-        strings it must contain as they are (text/spans.py's spans). A line with glossary
-        terms or strings to keep is decoded with constrained search, one at a time; the text
-        layer asks for `keep` only where a free translation lost them."""
+        target phrases (token ids) it must contain (the text layer's spans, as the target
+        writes them inside a sentence). A line with glossary terms or phrases to keep is
+        decoded with constrained search, one at a time; the text layer asks for `keep` only
+        where a free translation lost them."""
         results: list[Translation | None] = [None] * len(lines)
         encoded = []
         for i, line in enumerate(lines):
@@ -252,9 +250,10 @@ class Translator:
                 plain.append(item)
         return plain
 
-    def _phrases(self, keep, i: int) -> list[list[int]]:
-        """Target token ids of line i's strings to keep, as they appear inside a sentence."""
-        return target_phrases(self.tokenizer, self.tgt_lang, keep[i] if keep else [])
+    @staticmethod
+    def _phrases(keep, i: int) -> list[list[int]]:
+        """Line i's target phrases to keep (token ids), none empty."""
+        return [ids for ids in keep[i] if ids] if keep else []
 
     def _decode_constrained(self, lines, item, results, phrases) -> bool:
         """Line `item` by constrained beam search into `results`; False when nothing fits."""

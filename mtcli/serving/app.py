@@ -26,7 +26,6 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from dataclasses import astuple
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -56,6 +55,8 @@ from mtcli.serving.files import (
 from mtcli.serving.models import (  # noqa: F401
     Models,
     Served,
+    TranslatorKey,
+    Wanted,
     ct2_served,
     mtcli_served,
 )
@@ -154,9 +155,8 @@ class Service:
         jobs: list[tuple[Job, list[int], Served]] = []
         try:
             for (served, rows), n in zip(work, tokens, strict=True):
-                job = self._submit(
-                    served, [lines[i] for i in rows], n, decode, (align, html, confidence)
-                )
+                key = TranslatorKey.of(served.name, decode, Wanted(align, html, confidence))
+                job = self._submit(key, [lines[i] for i in rows], n)
                 jobs.append((job, rows, served))
         except ApiError:
             for job, _, _ in jobs:  # the request fails whole: its queued lines are not decoded
@@ -168,12 +168,9 @@ class Service:
                 routed[i] = (result, served)
         return routed
 
-    def _submit(
-        self, served: Served, lines: list[str], tokens: int, decode: DecodeConfig, mode: tuple
-    ) -> Job:
+    def _submit(self, key: TranslatorKey, lines: list[str], tokens: int) -> Job:
         """One job for the batch worker; a full queue is a 503 (jobs of the request cancelled)."""
         loop = asyncio.get_running_loop()
-        key = (served.name, astuple(decode), *mode)  # lines of one key can share a batch
         job = Job(key, lines, tokens, loop.create_future(), loop)
         try:
             self.batcher.submit(job)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from mtcli.config import DecodeConfig
@@ -22,6 +22,36 @@ from mtcli.text.language import source_language
 KEPT_TRANSLATORS = 4  # (model, settings) pairs whose translators are kept for the next batch
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """What a request asks of a translator beyond its decode settings."""
+
+    align: bool = False  # word alignments (and attention maps)
+    html: bool = False  # each line an HTML document: tags kept (text/markup_layer.py)
+    confidence: bool = False  # a calibrated confidence per line (engines/confidence.py)
+
+    def options(self, **engine) -> EngineOptions:
+        """The engine's options for this, on `engine`'s (engine, device, threads)."""
+        return EngineOptions(**engine, align=self.align, html=self.html, confidence=self.confidence)
+
+
+@dataclass(frozen=True)
+class TranslatorKey:
+    """The translator a batch job needs: a served model, decode settings, what is wanted of
+    it. Jobs of one key can share a batch; hashable, so the server keeps a few translators."""
+
+    name: str
+    settings: tuple  # DecodeConfig's fields as (name, value) pairs
+    wanted: Wanted
+
+    @classmethod
+    def of(cls, name: str, decode: DecodeConfig, wanted: Wanted) -> TranslatorKey:
+        return cls(name, tuple(asdict(decode).items()), wanted)
+
+    def decode(self) -> DecodeConfig:
+        return DecodeConfig(**dict(self.settings))
+
+
 @dataclass
 class Served:
     """One loaded model, the direction it translates, and how to make a translator of it
@@ -30,7 +60,7 @@ class Served:
     name: str
     src_lang: str
     tgt_lang: str
-    make_translator: Callable[[DecodeConfig, bool], object]  # (settings, align) -> translator
+    make_translator: Callable[[DecodeConfig, Wanted], object]
     count_tokens: Callable[[str], int]  # source tokens of a line, for the batch budget
 
 
@@ -89,15 +119,11 @@ class Models:
             400, f"no model named {name!r} (served: {', '.join(s.name for s in self.served)})"
         )
 
-    def translate(self, key: tuple, lines: list[str]) -> list[Translation]:
+    def translate(self, key: TranslatorKey, lines: list[str]) -> list[Translation]:
         """Decode `lines` with the translator `key` names (called by the batch worker)."""
         if key not in self._translators:
-            name, settings, align, html, confidence = key
-            extra = {"html": True} if html else {}  # HTML documents: tags kept (text/markup.py)
-            if confidence:  # a calibrated confidence per line (engines/confidence.py)
-                extra["confidence"] = True
-            make = self.by_name(name).make_translator
-            self._translators[key] = make(DecodeConfig(*settings), align, **extra)
+            make = self.by_name(key.name).make_translator
+            self._translators[key] = make(key.decode(), key.wanted)
             while len(self._translators) > KEPT_TRANSLATORS:
                 self._translators.popitem(last=False)
         self._translators.move_to_end(key)
@@ -126,9 +152,8 @@ class Models:
 def mtcli_served(name: str, loaded, device) -> Served:
     """A model of mtcli's own, decoded by its Translator."""
 
-    def make(cfg: DecodeConfig, align: bool, html: bool = False, confidence: bool = False):
-        options = EngineOptions(device=device, align=align, html=html, confidence=confidence)
-        return build_translator([loaded], cfg, options)
+    def make(cfg: DecodeConfig, wanted: Wanted):
+        return build_translator([loaded], cfg, wanted.options(device=device))
 
     return Served(
         name,
@@ -145,9 +170,10 @@ def ct2_served(path: Path, threads: int, device: str = "auto") -> Served:
     options = EngineOptions(engine="ctranslate2", threads=threads, device=device)
     loaded = build_translator([path], DecodeConfig(), replace(options, text_layer=False))
 
-    def make(cfg: DecodeConfig, align: bool, html: bool = False, confidence: bool = False):
+    def make(cfg: DecodeConfig, wanted: Wanted):
         # no confidence here: CTranslate2 gives no forced scores (its replies have none)
-        if cannot := ct2_cannot([loaded], replace(options, align=align, html=html)):
+        asked = replace(wanted, confidence=False).options(engine="ctranslate2")
+        if cannot := ct2_cannot([loaded], asked):
             raise ApiError(400, f"the CTranslate2 engine cannot do {', '.join(cannot)}")
         return build_translator([loaded], cfg, options)
 

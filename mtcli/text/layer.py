@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
-from mtcli.data.placeholders import PER_SENTENCE, span_piece
 from mtcli.data.tokenizer import word_count
 from mtcli.text.casing import casing_of, restyle, sentence_case
 from mtcli.text.dates import invented_dates
@@ -31,10 +31,26 @@ from mtcli.text.spans import (
     renumbered,
     stand_in,
 )
-from mtcli.text.writing import UNSPACED
 
 # spans a model reads as they are written (3 hours, 8:15, 15%): kept, not stood in for
 VERBATIM_KINDS = ("number", "time", "pct")
+
+
+class ModelTranslator(Protocol):
+    """What the text layer drives: one model's engine (mtcli's Translator, CTranslate2's).
+    Line i's translation starts with `prefixes[i]` where given, and contains the target
+    phrases of `keep[i]` (token ids) where given: an engine that `constrains` finds such a
+    translation by constrained search, one that does not translates freely (the layer names
+    what is lost). It knows nothing of spans, casing or spacing."""
+
+    constrains: bool
+
+    def translate_chunk(
+        self,
+        lines: list[str],
+        prefixes: list[str | None] | None = None,
+        keep: list[list[list[int]]] | None = None,
+    ) -> list: ...
 
 
 @dataclass
@@ -59,15 +75,15 @@ class TextLayer:
 
     def __init__(
         self,
-        inner,
+        inner: ModelTranslator,
         *,
         src_lang: str,
         tgt_lang: str,
         can_write: Callable[[str], bool],
         count_tokens: Callable[[str], int],
         max_tokens: int,
+        to_phrases: Callable[[list[str]], list[list[int]]] = lambda strings: [],
         warn: Callable[[str], None] = lambda message: None,
-        html: bool = False,
         language_check: LanguageCheck | None = None,
         placeholders: list[str] | tuple[str, ...] = (),
         confidence=None,
@@ -75,8 +91,9 @@ class TextLayer:
         self.inner, self.src_lang, self.tgt_lang = inner, src_lang, tgt_lang
         # a model chosen by hand: lines in another language than its source are flagged
         self.language_check = language_check
-        self.html = html  # each line is an HTML document (the inner translator aligns words)
         self.can_write, self.count_tokens, self.max_tokens = can_write, count_tokens, max_tokens
+        # strings to keep -> the target token ids of each, as written inside a target sentence
+        self.to_phrases = to_phrases
         self.warn = warn
         # the placeholder pieces the model was trained to carry (none: stand-ins do their work)
         self.placeholders = set(placeholders)
@@ -86,56 +103,16 @@ class TextLayer:
         self.confidence = confidence
 
     def translate_chunk(self, lines: list[str], prefixes: list[str | None] | None = None) -> list:
-        html = self.html
-        results = self._documents(lines) if html else self._text(lines, prefixes)
+        return self.checked(lines, self.translate_text(lines, prefixes))
+
+    def checked(self, lines: list[str], results: list) -> list:
+        """The results, each line in another language than the chosen model's flagged."""
         if self.language_check is not None:
             return self.language_check.mark(lines, results)
         return results
 
-    def _documents(self, lines: list[str]) -> list:
-        """HTML lines: the runs of text of all of them translated together (in batches, as
-        lines are: one document at a time decoded a short run per batch, 7x slower), and each
-        document's tags put back around its runs' translations."""
-        from mtcli.text.markup import read, run_texts, written  # html.parser: only for HTML
-
-        read_lines = [read(line, self._keep_word) for line in lines]
-        texts = [run_texts(parts) for parts in read_lines]
-        done = self._text([t for runs in texts for t in runs], None)
-        spaced, start, results = self.tgt_lang not in UNSPACED, 0, []
-        for line, parts, runs in zip(lines, read_lines, texts, strict=True):
-            mine = done[start : start + len(runs)]
-            start += len(runs)
-            results.append(self._document(line, written(parts, mine, spaced), mine))
-        return results
-
-    def _document(self, line: str, text: str, done: list):
-        """An HTML line's result: its translated text, judged by its runs' results."""
-        score = sum(r.score for r in done) / len(done) if done else 0.0
-        base = done[0] if done else self.inner.translate_chunk([""])[0]  # an empty line's result
-        return replace(
-            base,
-            source=line,
-            text=text,
-            score=score,
-            nbest=[(text, score)],
-            truncated=any(r.truncated for r in done),
-            alignment=None,
-            attention=None,
-            trace=None,
-            pieces=None,
-            confidence=least_sure(r.confidence for r in done),
-            sentence_confidences=None,
-            flagged=any(r.flagged for r in done),
-            flagged_parts=[r.source for r in done if r.flagged] if len(done) > 1 else None,
-        )
-
-    def _keep_word(self, n: int, text: str) -> str:
-        """What the n-th inline code element of an HTML run travels as: a code piece the model
-        knows (numbered from the last, clear of the run's own code spans), else a stand-in."""
-        piece = span_piece("code", PER_SENTENCE - n) if n < PER_SENTENCE else ""
-        return piece if piece in self.placeholders else stand_in(n, text)
-
-    def _text(self, lines: list[str], prefixes: list[str | None] | None) -> list:
+    def translate_text(self, lines: list[str], prefixes: list[str | None] | None) -> list:
+        """Plain text lines, each through its plan: sentences, spans, casing, confidence."""
         plans = [self.plan(line) for line in lines]
         segments = [seg for segs in plans for seg in segs]
         owner = [i for i, segs in enumerate(plans) for _ in segs]
@@ -147,7 +124,7 @@ class TextLayer:
                 for seg, i in zip(segments, owner, strict=True)
             ]
         results = self.inner.translate_chunk([s.text for s in segments], wanted)
-        self._keep_spans(segments, results, wanted)
+        results = self._keep_spans(segments, results, wanted)
         self._estimate(segments, results)
         parts: list[list] = [[] for _ in lines]
         for i, result in zip(owner, results, strict=True):
@@ -196,23 +173,24 @@ class TextLayer:
         )
         return replace(result, invented_numbers=made_up)
 
-    def _keep_spans(self, segments: list[Segment], results: list, wanted) -> None:
-        """Where a free translation lost a span: its numbers put right where they pair up one
-        to one, else the sentence decoded again with the spans as constraints (mtcli's engine;
-        CTranslate2 has no constrained search, and what stays lost is named)."""
-        again = [
-            j for j, (seg, r) in enumerate(zip(segments, results, strict=True)) if not _kept(seg, r)
-        ]
-        if again and getattr(self.inner, "constrains", False):
+    def _keep_spans(self, segments: list[Segment], results: list, wanted) -> list:
+        """The results, where a free translation lost a span: its numbers put right where they
+        pair up one to one, else the sentence decoded again with the spans as constraints
+        (mtcli's engine; CTranslate2 has no constrained search, and what stays lost is named)."""
+        checked = [_numbers_put_right(seg, r) for seg, r in zip(segments, results, strict=True)]
+        results = [result for result, _ in checked]
+        again = [j for j, (_, kept) in enumerate(checked) if not kept]
+        if again and self.inner.constrains:
             self.decoded_again += len(again)
             redone = self.inner.translate_chunk(
                 [segments[j].text for j in again],
                 [wanted[j] for j in again] if wanted else None,
-                [segments[j].keep for j in again],
+                [self.to_phrases(segments[j].keep) for j in again],
             )
             for j, result in zip(again, redone, strict=True):
-                _kept(segments[j], result)  # a forced 165 the model went on to write as 1650
-                results[j] = result
+                # a forced 165 the model went on to write as 1650
+                results[j] = _numbers_put_right(segments[j], result)[0]
+        return results
 
     def plan(self, line: str) -> list[Segment]:
         """The segments of a line: a sentence each (a long one cut at its clauses)."""
@@ -254,16 +232,16 @@ class TextLayer:
         texts = [self._give_back(seg, part.text) for seg, part in zip(segments, parts, strict=True)]
         if len(parts) == 1:
             result, segment = parts[0], segments[0]
-            result.source, result.text = line, texts[0]
-            if result.nbest and (segment.keep or segment.casing != "plain"):
+            nbest = result.nbest
+            if nbest and (segment.keep or segment.casing != "plain"):
                 # the best one as given back (numbers put right, spans in), the others alike
                 numbers = [k for k in segment.keep if NUMBER.fullmatch(k)]
                 rest = [
                     (self._give_back(segment, renumbered(t, numbers), quiet=True), s)
-                    for t, s in result.nbest[1:]
+                    for t, s in nbest[1:]
                 ]
-                result.nbest = [(texts[0], result.nbest[0][1]), *rest]
-            return result
+                nbest = [(texts[0], nbest[0][1]), *rest]
+            return replace(result, source=line, text=texts[0], nbest=nbest)
         text = join_sentences(texts, self.tgt_lang)
         score = sum(p.score for p in parts) / len(parts)
         traced = all(p.trace is not None for p in parts)
@@ -304,12 +282,13 @@ class TextLayer:
         return text
 
 
-def _kept(segment: Segment, result) -> bool:
-    """Whether `result` holds every span of `segment`, once its numbers are put right."""
+def _numbers_put_right(segment: Segment, result) -> tuple:
+    """`result` with its numbers put right where they pair up with the segment's, and whether
+    it then holds every span of `segment`."""
     if not segment.keep or not lost_spans(result.text, segment.keep):
-        return True
-    result.text = renumbered(result.text, [k for k in segment.keep if NUMBER.fullmatch(k)])
-    return not lost_spans(result.text, segment.keep)
+        return result, True
+    text = renumbered(result.text, [k for k in segment.keep if NUMBER.fullmatch(k)])
+    return replace(result, text=text), not lost_spans(text, segment.keep)
 
 
 def _sentence_case_around(sentence: str, spans) -> str:

@@ -74,6 +74,19 @@ def test_text_argument_and_formats(copy_model_dir, copy_lines):
     assert (src, hyp) == (line, line) and float(score) < 0
 
 
+def test_tsv_columns_are_the_runs_on_every_line():
+    """Column 4 is the confidence on every line of a run that has one, empty on a blank line
+    (it used to be missing there, so the alignment moved into column 4); the alignment is
+    column 5 on every line."""
+    lines = "Hello.\n\nWhere is the station?\n"
+    args = ["translate", "--format", "tsv", "--align"]  # each line routed: a blank one passes
+    rows = [r.split("\t") for r in CliRunner().invoke(main, args, input=lines).stdout.splitlines()]
+    assert [len(r) for r in rows] == [5, 5, 5]
+    assert rows[1][3:] == ["", ""] and float(rows[0][3]) >= 0 and "-" in rows[2][4]
+    plain = CliRunner().invoke(main, [*args[:-1], "--no-confidence"], input=lines).stdout
+    assert [len(r.split("\t")) for r in plain.splitlines()] == [3, 3, 3]
+
+
 def test_input_output_files_and_env_model(tmp_path, copy_model_dir, copy_lines):
     """-i/-o files, and $MTCLI_MODEL when -m is absent."""
     src = write_lines(tmp_path / "in.txt", copy_lines[:5])

@@ -28,22 +28,29 @@ from mtcli.config import QUANTIZE_CHOICES
 from mtcli.data.textio import read_chunks
 from mtcli.documents.document import document_format, names_a_file
 from mtcli.documents.formats import FORMATS
-from mtcli.engines.build import EngineOptions, build_translator, chosen_model
+from mtcli.engines.build import (
+    EngineOptions,
+    build_translator,
+    chosen_model,
+    confidence_column,
+)
 from mtcli.engines.result import report_records, translation_record
 from mtcli.engines.routing import chunks
 
 
-def format_result(t, fmt: str) -> str:
-    """One output line for a Translation."""
+def format_result(t, fmt: str, confidence: bool = False, align: bool = False) -> str:
+    """One output line for a Translation. In tsv the columns are the run's, not the line's:
+    a confidence and an alignment column wherever the run has them, empty where a line has
+    none (a blank line, one passed through), so column 4 means the same on every line."""
     if fmt == "text":
         return t.text
     if fmt == "tsv":
-        line = f"{t.source}\t{t.text}\t{t.score:.4f}"
-        if t.confidence is not None:
-            line += f"\t{t.confidence:.4f}"
-        if t.alignment is not None:
-            line += "\t" + " ".join(f"{s}-{g}" for s, g in t.alignment)
-        return line
+        fields = [t.source, t.text, f"{t.score:.4f}"]
+        if confidence:
+            fields.append("" if t.confidence is None else f"{t.confidence:.4f}")
+        if align:
+            fields.append(" ".join(f"{s}-{g}" for s, g in t.alignment or []))
+        return "\t".join(fields)
     return json.dumps(translation_record(t), ensure_ascii=False)
 
 
@@ -222,7 +229,8 @@ def translate_command(
     paths = _model_paths(models, src_lang, tgt_lang, options.warn)
     translator = build_translator(paths, cfg, options)
     with ReportFile(report) as to_read:
-        writer = ResultWriter(fmt, trace, min_confidence, unsure_marker, to_read)
+        columns = (confidence_column(paths, options), align)
+        writer = ResultWriter(fmt, trace, min_confidence, unsure_marker, to_read, columns)
         where = (document, text, input_file, output_path, prefix, quiet)
         flagged, lines = _translate(translator, cfg, where, options.warn, writer)
     _point_to_a_bigger_model(paths[0], flagged, lines, options.warn)
@@ -301,10 +309,17 @@ class ResultWriter:
     """Writes each result as its line, and notes the lines flagged as unreliable."""
 
     def __init__(
-        self, fmt: str, trace: bool, min_confidence: float | None, marker: str, report: ReportFile
+        self,
+        fmt: str,
+        trace: bool,
+        min_confidence: float | None,
+        marker: str,
+        report: ReportFile,
+        columns: tuple[bool, bool] = (False, False),
     ):
         self.fmt, self.trace, self.min_confidence, self.marker = fmt, trace, min_confidence, marker
         self.report = report
+        self.columns = columns  # tsv: (a confidence column, an alignment column) on every line
         self.lines = self.replaced = 0
         self.flagged: list[tuple[int, float | None]] = []  # (line number, its confidence)
         self.flagged_sources: list[str] = []
@@ -318,7 +333,7 @@ class ResultWriter:
         if self._unsure(result):
             self.replaced += 1  # the source, marked, rather than a translation judged unsure
             result = replace(result, text=self.marker + result.source, nbest=[], kept_source=True)
-        out.write(format_result(result, self.fmt) + "\n")
+        out.write(format_result(result, self.fmt, *self.columns) + "\n")
         out.flush()  # a pipeline sees each line as soon as it is translated
         if self.trace and self.fmt != "jsonl" and result.trace:
             console.print(render_trace(result), markup=False, soft_wrap=True)

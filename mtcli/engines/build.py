@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mtcli.config import UNK_ID, DecodeConfig
+from mtcli.engines.calibration import Calibration
 from mtcli.engines.loading import ready_to_decode
 from mtcli.engines.routing import ChunkTranslator, Router
 from mtcli.errors import UserError
@@ -178,6 +179,16 @@ def _own_translator(
         confidence=_confidence(first, device, options),
     )
     return MarkupLayer(layer) if options.html else layer
+
+
+def confidence_column(paths: list, options: EngineOptions) -> bool:
+    """Whether a run over `paths` ([None]: each line's installed model) may give its lines a
+    confidence: it is wanted, and a model the run may use has fitted weights. Known before the
+    first line, so a tsv output has the column on every line (empty where a line has none)."""
+    if not options.confidence or options.engine != "mtcli":
+        return False
+    dirs = [paths[0]] if paths[0] is not None else [m.path for m in registry.installed()]
+    return any(Calibration.load(Path(d)) is not None for d in dirs)
 
 
 def _confidence(loaded, device, options: EngineOptions):

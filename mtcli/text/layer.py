@@ -82,12 +82,14 @@ class TextLayer:
         can_write: Callable[[str], bool],
         count_tokens: Callable[[str], int],
         max_tokens: int,
-        to_phrases: Callable[[list[str]], list[list[int]]] = lambda strings: [],
+        to_phrases: Callable[[list[str]], list[list[int]]] | None = None,
         warn: Callable[[str], None] = lambda message: None,
         language_check: LanguageCheck | None = None,
         placeholders: list[str] | tuple[str, ...] = (),
         confidence=None,
     ):
+        if inner.constrains and to_phrases is None:
+            raise ValueError("a translator that constrains needs to_phrases: the ids to keep")
         self.inner, self.src_lang, self.tgt_lang = inner, src_lang, tgt_lang
         # a model chosen by hand: lines in another language than its source are flagged
         self.language_check = language_check

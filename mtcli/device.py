@@ -111,7 +111,11 @@ def _own_running() -> int:
     process's, they made the thread count of the next run differ, and with it the float sums of
     the training step (a resumed run then drifted from an uninterrupted one in the 7th digit)."""
     running = 0
-    for task in os.scandir("/proc/self/task"):
+    try:
+        tasks = list(os.scandir("/proc/self/task"))
+    except OSError:
+        return 1  # not Linux: /proc/stat is not there either, and nothing is counted
+    for task in tasks:
         try:
             with open(os.path.join(task.path, "stat"), encoding="ascii", errors="replace") as f:
                 state = f.read().rpartition(")")[2].split()[:1]

@@ -277,3 +277,10 @@ def test_this_processs_own_busy_threads_are_not_counted_as_another_process(monke
     # the kernel's count less this process's own (another process may be running beside it)
     monkeypatch.setattr(device, "_own_running", lambda: 10_000)
     assert device._others_running() == 0
+    monkeypatch.undo()
+
+    def no_proc(path):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(device.os, "scandir", no_proc)  # no /proc (macOS): counted, no crash
+    assert device._own_running() == 1

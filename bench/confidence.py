@@ -22,6 +22,7 @@ far lines flagged, a reliability table, and ten examples.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import sys
@@ -56,13 +57,52 @@ def split(data: Path, part: str, src_lang: str) -> tuple[list[str], list[str]]:
 
 
 def translate(model: Path, lines: list[str], beam: int = 5) -> list[str]:
+    return [t.text for t in translations(model, lines, beam)]
+
+
+def translations(model: Path, lines: list[str], beam: int = 5) -> list:
+    """The model's Translations of `lines`, each with what its search read (Translation.reading)."""
     from mtcli.config import DecodeConfig
     from mtcli.engines.build import EngineOptions, build_translator
 
     translator = build_translator(
-        [model], DecodeConfig(beam_size=beam), EngineOptions(device="cpu")
+        [model], DecodeConfig(beam_size=beam), EngineOptions(device="cpu", text_layer=False)
     )
-    return [t.text for t in translator.translate_chunk(lines)]
+    translator.reading = True  # as under the text layer with the confidence on
+    return translator.translate_chunk(lines)
+
+
+def read_against_forced(
+    name: str, calibration, sources: list[str], refs: list[str], results: list
+) -> dict:
+    """The confidences translate gives (the forward model's scores read from the search) against
+    those of a second, teacher-forced pass (how the weights were fitted): the largest
+    difference, the lines flagged alike, the AUC of each, and the share of lines the forward
+    pass still runs for (written in other pieces than the tokenizer's)."""
+    from mtcli.engines.calibration import roc_auc
+    from mtcli.engines.confidence import read_scores
+
+    est = estimator(name, calibration)
+    outputs = [r.text for r in results]
+    readings = [r.reading for r in results]
+    read = np.asarray(est(sources, outputs, readings))
+    forced = np.asarray(est(sources, outputs))
+    tokens = [est.forward.tokenizer.encode_tgt(o) for o in outputs]
+    passes = sum(
+        read_scores(r, o, t) is None for r, o, t in zip(readings, outputs, tokens, strict=True)
+    )
+    threshold = calibration.threshold
+    chrf = sentence_chrf(outputs, refs)
+    ranked, good = (chrf >= GOOD) | (chrf <= BAD), chrf >= GOOD
+    return {
+        "max_difference": round(float(np.abs(read - forced).max()), 6),
+        "flagged_alike": round(float(((read < threshold) == (forced < threshold)).mean()), 4),
+        "auc_read": round(roc_auc(read[ranked], good[ranked]), 4),
+        "auc_forced": round(roc_auc(forced[ranked], good[ranked]), 4),
+        "flagged_read": round(float((read < threshold).mean()), 4),
+        "flagged_forced": round(float((forced < threshold).mean()), 4),
+        "forward_pass_share": round(passes / len(sources), 4),
+    }
 
 
 def sentence_chrf(hyps: list[str], refs: list[str]) -> np.ndarray:
@@ -259,11 +299,24 @@ def run_model(name: str, data: Path, refit: bool) -> dict:
     far_sources = [x for x in read_lines(far_file) if not x.startswith("#")]
     far_outputs = translate(model, far_sources)
     result = measure(name, calibration, sources, outputs, refs, bad_pairs, far_sources, far_outputs)
+    result["read_from_the_search"] = read_against_forced(
+        name, calibration, sources, refs, translations(model, sources)
+    )
     result["weights"] = dict(
         zip(calibration.signals, [round(c, 4) for c in calibration.coef], strict=True)
     )
     result["threshold"] = calibration.threshold
     return result
+
+
+def read_only(name: str, data: Path) -> dict:
+    """read_against_forced on the test split, alone."""
+    from mtcli.engines.calibration import Calibration
+
+    model = REPO / "models" / name
+    sources, refs = split(data, "test", MODELS[name][1])
+    results = translations(model, sources)
+    return read_against_forced(name, Calibration.load(model), sources, refs, results)
 
 
 def timing(data: Path, n: int = 1000, rounds: int = 3) -> dict:
@@ -313,7 +366,15 @@ def main() -> None:
         "--fit", action="store_true", help="Fit again and write models/*/confidence.json."
     )
     parser.add_argument("--name", default="confidence")
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        help="Only compare the confidences read from the search with a forced pass's.",
+    )
     args = parser.parse_args()
+    if args.read_only:
+        print(json.dumps({name: read_only(name, Path(args.data)) for name in MODELS}, indent=1))
+        return
     record = {name: run_model(name, Path(args.data), args.fit) for name in MODELS}
     record["time"] = timing(Path(args.data))
     for d in MODELS:

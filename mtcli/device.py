@@ -160,6 +160,27 @@ def keep_freed_memory() -> bool:
     )
 
 
+def release_freed_memory() -> None:
+    """Hand the memory freed inside the heap back to the kernel (glibc's malloc_trim), for a
+    pass whose tensors grow batch by batch: blocks kept for reuse (keep_freed_memory) that the
+    next, larger batch cannot use only add to the peak. A no-op off glibc."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
 # ---------------------------------------------------------------- oneDNN's kernel caches
 # oneDNN compiles a kernel for each matmul shape it meets and keeps the last 1,024 (in its
 # own cache and in torch's ideep layer), each holding memory that grows with the rows. Decoding

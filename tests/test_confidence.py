@@ -15,7 +15,9 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from mtcli.cli import main
-from mtcli.config import BOS_ID, EOS_ID
+from mtcli.config import BOS_ID, EOS_ID, DecodeConfig
+from mtcli.data.batches import pad, padding_mask
+from mtcli.decoding.search import beam_search, greedy
 from mtcli.engines.calibration import CONFIDENCE_FILE, Calibration, fit_logistic, roc_auc, spearman
 from mtcli.engines.confidence import (
     coverage,
@@ -25,6 +27,7 @@ from mtcli.engines.confidence import (
     repeated_bigrams,
 )
 from mtcli.engines.result import Translation
+from mtcli.engines.translator import Translator
 from mtcli.store.checkpoint import load_model
 from mtcli.text.layer import TextLayer
 from tests.conftest import REPO, write_lines
@@ -113,19 +116,94 @@ def test_the_forced_pass_scores_what_an_uncached_forward_scores(tiny_model):
     src = [[5, 6, 7, 8, 9], [4], [10, 11, 12]]
     out = [[13, 14], [15, 16, 17, 18, 19, 20], []]
     scored = forced_pass(tiny_model, src, out, "cpu")
-    for (lp, attention), s, o in zip(scored, src, out, strict=True):
+    for (lp, received), s, o in zip(scored, src, out, strict=True):
         with torch.no_grad():
             logits = tiny_model(torch.tensor([s + [EOS_ID]]), torch.tensor([[BOS_ID] + o]))
         expected = torch.log_softmax(logits[0], -1)[range(len(o) + 1), o + [EOS_ID]]
         assert np.allclose(lp, expected.numpy(), atol=1e-5)
-        assert attention.shape == (len(o) + 1, len(s) + 1)
-        assert np.allclose(attention.sum(axis=1), 1.0, atol=1e-5)
+        # each of the T = len(o) + 1 output positions gives out attention 1 over S positions
+        assert received.shape == (len(s) + 1,)
+        assert received.sum() == pytest.approx(len(o) + 1, abs=1e-4)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("with_attention", [False, True])
+def test_the_search_reads_what_a_forced_pass_of_its_output_computes(
+    tiny_model, beam, with_attention
+):
+    """Every hypothesis's Reading (its tokens' log-probabilities, the attention each source
+    token received) is what a teacher-forced pass over its tokens computes, while sentences
+    leave the batch and finished beams drop their rows (or, recording attention, keep them);
+    and asking for it changes no output."""
+    torch.manual_seed(3)
+    src_lists = [torch.randint(4, 24, (n,)).tolist() for n in (2, 9, 5, 1, 7, 3)]
+    src = pad([s + [EOS_ID] for s in src_lists])
+    mask = padding_mask(src)
+    decode = dict(max_len_b=8, with_attention=with_attention)
+    if beam == 1:
+        read = [[h] for h in greedy(tiny_model, src, mask, with_reading=True, **decode)]
+        plain = [[h] for h in greedy(tiny_model, src, mask, **decode)]
+    else:
+        read = beam_search(
+            tiny_model, src, mask, beam_size=beam, nbest=3, with_reading=True, **decode
+        )
+        plain = beam_search(tiny_model, src, mask, beam_size=beam, nbest=3, **decode)
+    assert [[h.tokens for h in hs] for hs in read] == [[h.tokens for h in hs] for hs in plain]
+    assert len({len(hs[0].tokens) for hs in read}) > 2  # outputs end at different steps
+    pairs = [(s, h) for s, hs in zip(src_lists, read, strict=True) for h in hs]
+    forced = forced_pass(tiny_model, [s for s, _ in pairs], [h.tokens for _, h in pairs], "cpu")
+    for (_, h), (logprobs, received) in zip(pairs, forced, strict=True):
+        assert np.allclose(h.reading.logprobs, logprobs, atol=1e-4)
+        assert np.allclose(h.reading.received, received, atol=1e-4)
+
+
+def test_the_confidence_of_a_search_read_output_is_that_of_a_forced_pass(estimators, monkeypatch):
+    """The shipped model's translations, scored from what the search read, get the confidences
+    a second pass gives them: only the reverse model runs a pass over every line, the forward
+    model over the lines written in other pieces than the tokenizer's ("We are late." comes out
+    as 迟到 了, not 迟到了) and those changed since (a number put right)."""
+    from mtcli.engines import confidence
+
+    est = estimators["en-zh"]
+    translator = Translator(
+        est.forward.model, est.forward.tokenizer, DecodeConfig(beam_size=5), reading=True
+    )
+    sources = [GOOD, FAR, "I have 3 cats and 2 dogs.", "Where is the station?", "We are late."]
+    results = translator.translate_chunk(sources)
+    readings = [r.reading for r in results]
+    outputs = [r.text for r in results]
+    passes = []
+    real_pass = confidence.forced_pass
+    monkeypatch.setattr(
+        confidence,
+        "forced_pass",
+        lambda model, src, *a: passes.append((model, len(src))) or real_pass(model, src, *a),
+    )
+    read = est(sources, outputs, readings)
+    assert passes == [(est.forward.model, 1), (est.reverse.model, 5)]
+    passes.clear()
+    assert read == pytest.approx(est(sources, outputs), abs=1e-4)
+    assert passes == [(est.forward.model, 5), (est.reverse.model, 5)]
+    passes.clear()
+    changed = outputs[:2] + [outputs[2] + "5", *outputs[3:]]
+    assert est(sources, changed, readings) == pytest.approx(est(sources, changed), abs=1e-4)
+    assert passes[0] == (est.forward.model, 2)
+
+
+def test_the_reverse_model_loads_when_the_first_sentence_is_scored():
+    from mtcli.engines.confidence import _reverse_model
+
+    _reverse_model.cache_clear()
+    est = estimator_for(load_model(EN_ZH), "cpu")
+    assert _reverse_model.cache_info().currsize == 0
+    assert est([GOOD], ["你有铅笔吗？"])[0] >= est.threshold
+    assert _reverse_model.cache_info().currsize == 1
 
 
 def test_coverage_repeats_and_language_by_hand():
     # two source tokens and EOS; the first receives 0.5 + 0.5, the second 0.5 (capped at 1 each)
-    assert coverage(np.array([[0.5, 0.5, 0.0], [0.5, 0.0, 0.5]])) == pytest.approx(0.75)
-    assert coverage(np.array([[1.5, 0.0], [0.5, 0.0]])) == pytest.approx(1.0)
+    assert coverage(np.array([1.0, 0.5, 0.5])) == pytest.approx(0.75)
+    assert coverage(np.array([2.0, 0.0])) == pytest.approx(1.0)
     # a b a b a b: bigrams ab ba ab ba ab, two of five distinct
     assert repeated_bigrams(list("ababab")) == pytest.approx(0.6)
     assert repeated_bigrams(list("abcdef")) == 0.0 and repeated_bigrams(["a"]) == 0.0
@@ -183,7 +261,7 @@ class _Judge:
     def __init__(self, confidences: dict[str, float]):
         self.confidences, self.seen = confidences, []
 
-    def __call__(self, sources, outputs):
+    def __call__(self, sources, outputs, readings):
         self.seen += list(zip(sources, outputs, strict=True))
         return [self.confidences[o] for o in outputs]
 

@@ -24,6 +24,7 @@ from mtcli.decoding.stepper import (
     AttentionRecorder,
     Hypothesis,
     Models,
+    Reading,
     Search,
     length_penalty,
     strip_special,
@@ -42,10 +43,12 @@ def greedy(
     alpha: float = 1.0,
     use_cache: bool = True,
     with_attention: bool = False,
+    with_reading: bool = False,
     rules: StepRules = NO_RULES,
     tracer: Tracer | None = None,
 ) -> list[Hypothesis]:
-    """Pick the most probable token at each step. src_ids, src_mask (B, S) -> B hypotheses.
+    """Pick the most probable token at each step. src_ids, src_mask (B, S) -> B hypotheses,
+    each with its Reading where `with_reading` asks.
 
     A sentence that has produced EOS leaves the batch, so late steps cost only the long ones
     (on the 2,000 Tatoeba test lines, 2.2x fewer decoder rows); a trace of attention needs
@@ -60,29 +63,23 @@ def greedy(
         max_len_b=max_len_b,
         use_cache=use_cache,
         with_attention=with_attention,
+        with_reading=with_reading,
     )
     max_lens, n_steps = search.max_lens, search.n_steps
-    tokens = torch.full((B, n_steps), PAD_ID, dtype=torch.long, device=device)  # per sentence
-    raw = torch.zeros(B, device=device)
-    lengths = torch.zeros(B, dtype=torch.long, device=device)
+    outputs = _GreedyOutputs(B, n_steps, src_mask, with_reading)
     rows = torch.arange(B, device=device)  # (N,) the sentence in each decoder row
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (N,) rows that ended, kept to record
     for step in range(n_steps):
-        so_far = tokens[rows, :step]  # (N, step)
-        shown = raw[rows].masked_fill(done, NEG_INF) if tracer is not None else None
+        so_far = outputs.tokens[rows, :step]  # (N, step)
+        shown = outputs.raw[rows].masked_fill(done, NEG_INF) if tracer is not None else None
         best_lp, best = search.candidates(
             so_far, step, rows, max_lens[rows], 1, rules, tracer, shown
         )
         best_lp, best = best_lp[:, 0], best[:, 0]  # (N,)
-        live = rows[~done]
-        tokens[live, step] = best[~done]
-        raw[live] += best_lp[~done]
-        lengths[live] += 1
+        outputs.add(step, rows, ~done, best_lp, best, search.stepper.attention_read())
         ended = (best == EOS_ID) & ~done  # (N,)
         if tracer is not None:
-            for b in rows[ended].tolist():
-                score = float(raw[b] / length_penalty(float(lengths[b]), alpha))
-                tracer.finish(b, strip_special(tokens[b].tolist()), score)
+            outputs.traced(tracer, rows[ended], alpha)
         done |= ended
         if bool(done.all()):
             break
@@ -90,23 +87,65 @@ def greedy(
             stay = (~done).nonzero().squeeze(1)
             rows, done = rows[stay], done[stay]
             search.stepper.select(stay, stay)
-    return _greedy_hypotheses(tokens, raw, lengths, alpha, search.recorder, src_mask)
+    return outputs.hypotheses(alpha, search.recorder)
 
 
-def _greedy_hypotheses(
-    tokens: Tensor, raw: Tensor, lengths: Tensor, alpha: float, recorder, src_mask: Tensor
-) -> list[Hypothesis]:
-    """Each sentence's tokens (B, T), summed log-probability (B,) and length (B,) as its
-    hypothesis, length-penalised, with its attention where a recorder kept it."""
-    scores = raw / length_penalty(lengths.float(), alpha)
-    hyps = [
-        Hypothesis(strip_special(t.tolist()), float(s)) for t, s in zip(tokens, scores, strict=True)
-    ]
-    if recorder is not None:
-        src_lens = src_mask.sum(dim=1).tolist()
-        for b, h in enumerate(hyps):  # a sentence stays in its row: row b at every step
-            h.attention = recorder.trace(b, src_lens[b], [b] * int(lengths[b]))
-    return hyps
+class _GreedyOutputs:
+    """Greedy search's outputs as they grow, per sentence: its tokens (B, steps), their summed
+    log-probability and length (B,), and where asked what it read: each token's log-probability
+    (B, steps) and the cross-attention its source tokens received (B, S), summed step by step."""
+
+    def __init__(self, B: int, n_steps: int, src_mask: Tensor, reading: bool):
+        device, self.src_mask = src_mask.device, src_mask
+        self.tokens = torch.full((B, n_steps), PAD_ID, dtype=torch.long, device=device)
+        self.raw = torch.zeros(B, device=device)
+        self.lengths = torch.zeros(B, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(B, n_steps, device=device) if reading else None
+        self.received = torch.zeros(B, src_mask.size(1), device=device) if reading else None
+
+    def add(
+        self,
+        step: int,
+        rows: Tensor,
+        live: Tensor,
+        logprobs: Tensor,
+        chosen: Tensor,
+        attention: Tensor | None,
+    ) -> None:
+        """The step's chosen tokens (N,), their log-probabilities (N,) and attention (N, S) of
+        the decoder rows' sentences `rows` (N,), kept where `live` (N,): not yet ended."""
+        sentences = rows[live]
+        self.tokens[sentences, step] = chosen[live]
+        self.raw[sentences] += logprobs[live]
+        self.lengths[sentences] += 1
+        if self.logprobs is not None:
+            self.logprobs[sentences, step] = logprobs[live]
+            self.received[sentences] += attention[live]
+
+    def traced(self, tracer: Tracer, ended: Tensor, alpha: float) -> None:
+        """Sentences `ended` at this step, shown to the tracer with their scores."""
+        for b in ended.tolist():
+            score = float(self.raw[b] / length_penalty(float(self.lengths[b]), alpha))
+            tracer.finish(b, strip_special(self.tokens[b].tolist()), score)
+
+    def hypotheses(self, alpha: float, recorder: AttentionRecorder | None) -> list[Hypothesis]:
+        """Each sentence's output as its hypothesis, length-penalised, with its attention where
+        a recorder kept it and its Reading where asked."""
+        scores = self.raw / length_penalty(self.lengths.float(), alpha)
+        hyps = [
+            Hypothesis(strip_special(t.tolist()), float(s))
+            for t, s in zip(self.tokens, scores, strict=True)
+        ]
+        src_lens, lengths = self.src_mask.sum(dim=1).tolist(), self.lengths.tolist()
+        for b, h in enumerate(hyps):
+            if recorder is not None:  # a sentence stays in its row: row b at every step
+                h.attention = recorder.trace(b, src_lens[b], [b] * lengths[b])
+            if self.logprobs is not None:
+                h.reading = Reading(
+                    self.logprobs[b, : lengths[b]].tolist(),
+                    self.received[b, : src_lens[b]].tolist(),
+                )
+        return hyps
 
 
 class _Beams:
@@ -114,14 +153,18 @@ class _Beams:
     the live prefixes and their summed log-probabilities, and each sentence's pool of the k
     best finished hypotheses (length-normalised), with the decoder row each ended in."""
 
-    def __init__(self, B: int, k: int, n_steps: int, device: torch.device):
-        self.k, self.n_steps, self.device = k, n_steps, device
+    def __init__(self, k: int, search: Search, reading: _BeamReading | None):
+        B, device = search.max_lens.numel(), search.max_lens.device
+        self.k, self.n_steps, self.device = k, search.n_steps, device
+        self.max_lens = search.max_lens  # (Ba,) each sentence's most output tokens
+        self.row_max = self.max_lens.repeat_interleave(k)  # (Ba*k,) the same, per beam
+        self.reading = reading  # what was read on the way to each beam, carried alike
         self.alive_tokens = torch.full(
             (B, k, 0), PAD_ID, dtype=torch.long, device=device
         )  # (B, k, t)
         self.alive_raw = torch.full((B, k), NEG_INF, device=device)  # summed log-probs
         self.alive_raw[:, 0] = 0.0  # one real start; the copies would only duplicate it
-        self.fin_tokens = torch.full((B, k, n_steps), PAD_ID, dtype=torch.long, device=device)
+        self.fin_tokens = torch.full((B, k, self.n_steps), PAD_ID, dtype=torch.long, device=device)
         self.fin_scores = torch.full((B, k), NEG_INF, device=device)  # normalised
         self.fin_rows = torch.zeros((B, k), dtype=torch.long, device=device)  # row of the EOS step
         self.parents: list[Tensor] = []  # per step, (B*k,): the row each next-step row continues
@@ -142,10 +185,19 @@ class _Beams:
             self.alive_raw.view(-1),
         )
 
-    def extend(self, step: int, row_raw: Tensor, row_token: Tensor, alpha: float, tracer) -> Tensor:
+    def extend(
+        self,
+        step: int,
+        row_raw: Tensor,
+        row_token: Tensor,
+        attention: Tensor | None,
+        alpha: float,
+        tracer,
+    ) -> Tensor:
         """Keep each sentence's k best continuations of the rows' candidates (row_raw,
         row_token (Ba*k, kk)): those ending in EOS join the finished pool, the others stay
-        live. Returns (Ba, k): the decoder row each kept continuation came from."""
+        live. `attention` (Ba*k, S): each beam's at this step, where readings are kept.
+        Returns (Ba, k): the decoder row each kept continuation came from."""
         Ba, k, kk = self.active.numel(), self.k, row_raw.size(-1)
         cand = (self.alive_raw[:, :, None] + row_raw.view(Ba, k, kk)).view(Ba, k * kk)
         top_raw, top_idx = cand.topk(k, dim=1)  # (Ba, k), best first; dead beams give -inf
@@ -156,6 +208,9 @@ class _Beams:
             1, top_beam[:, :, None].expand(-1, -1, step)
         )  # (Ba, k, step)
         rows = torch.arange(Ba, device=self.device)[:, None] * k + top_beam  # (Ba, k)
+        if self.reading is not None:
+            token_lp = row_raw.view(Ba, k * kk).gather(1, top_idx)  # (Ba, k)
+            self.reading.extend(top_beam, token_lp, attention)
         self._finish(step, is_eos, top_raw / length_penalty(step + 1, alpha), prefix, rows, tracer)
         # the other continuations stay live; a finished slot is dead (-inf) from now on
         self.alive_raw = top_raw.masked_fill(is_eos, NEG_INF)
@@ -176,29 +231,103 @@ class _Beams:
             for b, j in is_eos.nonzero().tolist():
                 tracer.finish(int(self.active[b]), prefix[b, j].tolist(), float(new_scores[b, j]))
         self.fin_scores, keep = torch.cat([self.fin_scores, new_scores], dim=1).topk(k, dim=1)
+        if self.reading is not None:
+            self.reading.finish(keep)
         all_tokens = torch.cat([self.fin_tokens, new_tokens], dim=1)  # (Ba, 2k, n_steps)
         self.fin_tokens = all_tokens.gather(1, keep[:, :, None].expand(-1, -1, n_steps))
         self.fin_rows = torch.cat([self.fin_rows, rows], dim=1).gather(1, keep)
 
-    def leave(self, done: Tensor) -> tuple[Tensor, Tensor]:
+    def judge(self, step: int, nbest: int, alpha: float, drop: bool) -> Tensor:
+        """(Ba,) the sentences done after this step: every beam finished or hopeless (see
+        _hopeless), or the output limit reached. With `drop`, a hopeless beam ends here and
+        its row goes (no result changes)."""
+        hopeless = _hopeless(self.alive_raw, self.fin_scores, self.max_lens, nbest, alpha)
+        if drop:
+            self.alive_raw = self.alive_raw.masked_fill(hopeless, NEG_INF)
+        return hopeless.all(dim=1) | (step >= self.max_lens)
+
+    def leave(self, done: Tensor, parents: Tensor) -> tuple[Tensor, Tensor]:
         """Sentences that are done leave the batch (their pools kept aside). Returns the
-        sentences that stay (Ba',) and their rows among this step's (Ba'*k,)."""
+        sentences that stay (Ba',) and the `parents` (Ba*k,) of their beams (Ba'*k,)."""
         gone, stay = done.nonzero().squeeze(1), (~done).nonzero().squeeze(1)
         self.out_tokens[self.active[gone]] = self.fin_tokens[gone]
         self.out_scores[self.active[gone]] = self.fin_scores[gone]
+        if self.reading is not None:
+            self.reading.leave(self.active[gone], gone, stay)
         self.active = self.active[stay]
         self.alive_raw, self.alive_tokens = self.alive_raw[stay], self.alive_tokens[stay]
         self.fin_tokens, self.fin_scores = self.fin_tokens[stay], self.fin_scores[stay]
         self.fin_rows = self.fin_rows[stay]
         stay_rows = (stay[:, None] * self.k + torch.arange(self.k, device=self.device)).view(-1)
-        return stay, stay_rows
+        self.max_lens, self.row_max = self.max_lens[stay], self.row_max[stay_rows]
+        return stay, parents[stay_rows]
 
     def results(self, nbest: int) -> list[list[Hypothesis]]:
         self.out_tokens[self.active], self.out_scores[self.active] = (
             self.fin_tokens,
             self.fin_scores,
         )
-        return _collect(self.out_tokens, self.out_scores, nbest)
+        results = _collect(self.out_tokens, self.out_scores, nbest)
+        if self.reading is not None:
+            self.reading.give(results, self.active)
+        return results
+
+
+class _BeamReading:
+    """What beam search read on the way to each beam (the Readings), carried with the beams as
+    _Beams carries their tokens: each token's log-probability, and the cross-attention each
+    source token has received, live (Ba, k, t) and (Ba, k, S), in the finished pool
+    (Ba, k, n_steps) and (Ba, k, S), and aside for sentences that left the batch."""
+
+    def __init__(self, B: int, k: int, n_steps: int, src_mask: Tensor):
+        device, S = src_mask.device, src_mask.size(1)
+        self.src_lens = src_mask.sum(dim=1).tolist()
+        self.alive_lps = torch.zeros(B, k, 0, device=device)
+        self.alive_received = torch.zeros(B, k, S, device=device)
+        self.fin_lps = torch.zeros(B, k, n_steps, device=device)
+        self.fin_received = torch.zeros(B, k, S, device=device)
+        self.out_lps, self.out_received = self.fin_lps.clone(), self.fin_received.clone()
+        self.new_lps = self.new_received = None  # this step's continuations, for _finish
+
+    def extend(self, top_beam: Tensor, token_lp: Tensor, attention: Tensor) -> None:
+        """The kept continuations (Ba, k) of beams top_beam, their tokens' log-probabilities
+        token_lp; attention (Ba*k, S): what each beam's row read at this step."""
+        Ba, k, step = self.alive_lps.shape
+        lps = self.alive_lps.gather(1, top_beam[:, :, None].expand(-1, -1, step))
+        received = self.alive_received + attention.view(Ba, k, -1)
+        received = received.gather(1, top_beam[:, :, None].expand(-1, -1, received.size(2)))
+        self.new_lps = torch.cat([lps, token_lp[:, :, None]], dim=2)  # (Ba, k, step + 1)
+        self.new_received = received
+        self.alive_lps, self.alive_received = self.new_lps, received
+
+    def finish(self, keep: Tensor) -> None:
+        """The finished pool after _finish picked `keep` (Ba, k) of [pool, continuations]."""
+        Ba, k, n_steps = self.fin_lps.shape
+        new_lps = self.new_lps.new_zeros(Ba, k, n_steps)
+        new_lps[:, :, : self.new_lps.size(2)] = self.new_lps
+        lps = torch.cat([self.fin_lps, new_lps], dim=1)
+        self.fin_lps = lps.gather(1, keep[:, :, None].expand(-1, -1, n_steps))
+        received = torch.cat([self.fin_received, self.new_received], dim=1)
+        self.fin_received = received.gather(1, keep[:, :, None].expand(-1, -1, received.size(2)))
+
+    def leave(self, sentences: Tensor, gone: Tensor, stay: Tensor) -> None:
+        """Sentences `gone` (their original indices `sentences`) leave; `stay` stay."""
+        self.out_lps[sentences], self.out_received[sentences] = (
+            self.fin_lps[gone],
+            self.fin_received[gone],
+        )
+        self.alive_lps, self.alive_received = self.alive_lps[stay], self.alive_received[stay]
+        self.fin_lps, self.fin_received = self.fin_lps[stay], self.fin_received[stay]
+
+    def give(self, results: list[list[Hypothesis]], active: Tensor) -> None:
+        """Each hypothesis of `results` its Reading (the pools are sorted as the results are)."""
+        self.out_lps[active], self.out_received[active] = self.fin_lps, self.fin_received
+        for b, hyps in enumerate(results):
+            for j, h in enumerate(hyps):
+                h.reading = Reading(
+                    self.out_lps[b, j, : len(h.tokens) + 1].tolist(),
+                    self.out_received[b, j, : self.src_lens[b]].tolist(),
+                )
 
 
 @torch.inference_mode()
@@ -214,10 +343,12 @@ def beam_search(
     nbest: int = 1,
     use_cache: bool = True,
     with_attention: bool = False,
+    with_reading: bool = False,
     rules: StepRules = NO_RULES,
     tracer: Tracer | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search. src_ids, src_mask (B, S) -> for each sentence its `nbest` best hypotheses.
+    """Beam search. src_ids, src_mask (B, S) -> for each sentence its `nbest` best hypotheses,
+    each with its Reading where `with_reading` asks.
 
     Each step keeps the k best continuations of the live beams (found among the k best of
     each beam: k*k candidates, not k*V). Those that end in EOS are finished and keep their
@@ -236,31 +367,29 @@ def beam_search(
         max_len_b=max_len_b,
         use_cache=use_cache,
         with_attention=with_attention,
+        with_reading=with_reading,
     )
-    stepper, max_lens = search.stepper, search.max_lens
-    beams = _Beams(B, k, search.n_steps, src_ids.device)
+    reading = _BeamReading(B, k, search.n_steps, src_mask) if with_reading else None
+    beams = _Beams(k, search, reading)
     rows = _Rows(B, k, search.recorder is not None or tracer is not None, src_ids.device)
-    row_max = max_lens.repeat_interleave(k)  # (B*k,)
     for step in range(search.n_steps):
         so_far, sentence, shown = beams.rows(step)
         shown = shown if tracer is not None else None  # the scores a tracer shows; none to pick
-        limit = max_lens if step == 0 else row_max  # max_lens >= 1: no EOS is forced at step 0
+        # max_lens >= 1: no EOS is forced at step 0
+        limit = beams.max_lens if step == 0 else beams.row_max
         so_far, sentence, limit, shown = rows.of_this_step(so_far, sentence, limit, shown)
         row_raw, row_token = search.candidates(
             so_far, step, sentence, limit, k, rules, tracer, shown
         )
-        parents = beams.extend(step, *rows.per_beam(row_raw, row_token), alpha, tracer).view(-1)
-        hopeless = _hopeless(beams.alive_raw, beams.fin_scores, max_lens, nbest, alpha)  # (Ba, k)
-        done = hopeless.all(dim=1) | (step >= max_lens)
+        per_beam = rows.per_beam(row_raw, row_token, search.stepper.attention_read())
+        parents = beams.extend(step, *per_beam, alpha, tracer).view(-1)
+        done = beams.judge(step, nbest, alpha, drop=not rows.keep_all)
         if bool(done.all()):
             break
-        if not rows.keep_all:  # a hopeless beam ends here, and its row goes: no result changes
-            beams.alive_raw = beams.alive_raw.masked_fill(hopeless, NEG_INF)
         stay = None
         if search.recorder is None and bool(done.any()):  # done sentences leave the batch
-            stay, stay_beams = beams.leave(done)
-            parents, max_lens, row_max = parents[stay_beams], max_lens[stay], row_max[stay_beams]
-        rows.follow(parents, beams.alive_raw, stepper, stay)
+            stay, parents = beams.leave(done, parents)
+        rows.follow(parents, beams.alive_raw, search.stepper, stay)
     return _with_attention(beams.results(nbest), search.recorder, beams, src_mask)
 
 
@@ -290,12 +419,12 @@ class _Rows:
             return per_beam
         return tuple(t if t is None else t[self.beam_of_row] for t in per_beam)
 
-    def per_beam(self, *per_row: Tensor) -> tuple[Tensor, ...]:
-        """The rows' candidates (N, kk) -> each beam's (B*k, kk): its row's, or for a finished
-        beam any row's (its -inf score drops them)."""
+    def per_beam(self, *per_row: Tensor | None) -> tuple[Tensor | None, ...]:
+        """The rows' candidates (N, kk), or what they read (N, S) -> each beam's (B*k, ...):
+        its row's, or for a finished beam any row's (its -inf score drops them)."""
         if self.row_of_beam is None:
             return per_row
-        return tuple(t.index_select(0, self.row_of_beam) for t in per_row)
+        return tuple(t if t is None else t.index_select(0, self.row_of_beam) for t in per_row)
 
     def follow(self, parents: Tensor, alive_raw: Tensor, stepper, stay: Tensor | None) -> None:
         """Rows for the next step: beam i (of (Ba*k,) `parents`, its beam at this step) gets a

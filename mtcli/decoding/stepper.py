@@ -16,7 +16,7 @@ from torch import Tensor
 
 from mtcli.config import BOS_ID, EOS_ID, PAD_ID
 from mtcli.decoding.top_k import top_k
-from mtcli.model.kv_cache import AttentionRecord, BeamRows
+from mtcli.model.kv_cache import AttentionRecord, BeamRows, SourceWatch
 from mtcli.model.transformer import Seq2Seq
 
 NEG_INF = float("-inf")
@@ -49,6 +49,19 @@ class Hypothesis:
     tokens: list[int]
     score: float
     attention: AttentionTrace | None = None
+    reading: Reading | None = None  # with_reading: what the search computed on the way
+
+
+@dataclass
+class Reading:
+    """What a search computed on its way to one output, kept so that nothing computes it again
+    (the confidence reads it): the log-probability of each output token and of its EOS (T,),
+    and the cross-attention each source token, its EOS included, received over those T steps
+    (S,): the last decoder layer's, averaged over heads. From a single model (an ensemble's
+    averaged log-probabilities describe no one model)."""
+
+    logprobs: list[float]
+    received: list[float]
 
 
 class AttentionRecorder:
@@ -141,9 +154,12 @@ class Stepper:
         *,
         use_cache: bool,
         recorder: AttentionRecorder | None = None,
+        watch: bool = False,
     ):
-        if recorder is not None and not use_cache:
+        if (recorder is not None or watch) and not use_cache:
             raise ValueError("attention is recorded through the cache; use_cache must be True")
+        if watch and not isinstance(models, Seq2Seq) and len(models) > 1:
+            raise ValueError("a reading describes one model, not an ensemble")
         self.models, self.src_mask = as_list(models), src_mask
         self.memories: list[Tensor | None] = []
         self.caches: list = []
@@ -156,6 +172,15 @@ class Stepper:
             self.caches.append(model.new_cache(max_len, cross) if use_cache else None)
         if recorder is not None:
             recorder.decoder = self.caches[0].self_record
+        if watch:
+            last = len(self.models[0].decoder_layers) - 1
+            self.caches[0].watch = SourceWatch(last)
+
+    def attention_read(self) -> Tensor | None:
+        """(N, S): the last decoder layer's cross-attention of this step's rows, averaged over
+        heads, where the stepper watches it; else None."""
+        cache = self.caches[0]
+        return cache.watch.latest if cache is not None and cache.watch is not None else None
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """tokens (N, t) generated so far, without BOS -> log-probabilities (N, V) for position t.
@@ -247,6 +272,7 @@ class Search:
     max_lens: Tensor  # (B,) most output tokens before the forced EOS
     n_steps: int
     recorder: AttentionRecorder | None
+    reading: bool  # each output's Reading is kept (with_reading)
 
     @classmethod
     def start(
@@ -259,14 +285,21 @@ class Search:
         max_len_b: int,
         use_cache: bool = True,
         with_attention: bool = False,
+        with_reading: bool = False,
     ) -> Search:
         max_lens = max_output_lengths(src_mask, max_len_a, max_len_b, output_limit(models))
         n_steps = int(max_lens.max()) + 1
         recorder = AttentionRecorder() if with_attention else None
         stepper = Stepper(
-            models, src_ids, src_mask, n_steps, use_cache=use_cache, recorder=recorder
+            models,
+            src_ids,
+            src_mask,
+            n_steps,
+            use_cache=use_cache,
+            recorder=recorder,
+            watch=with_reading,
         )
-        return cls(stepper, max_lens, n_steps, recorder)
+        return cls(stepper, max_lens, n_steps, recorder, with_reading)
 
     def candidates(
         self,

@@ -57,9 +57,9 @@ class EngineOptions:
     # model's own view of the exact input is wanted (attention maps, validation)
     text_layer: bool = True
     html: bool = False  # each line an HTML document: tags kept around the aligned words
-    # a calibrated confidence for each line (engines/confidence.py): two more forced passes,
-    # the model's and its reverse's, 55-71% of a beam-5 decode (`mtcli translate` has it on
-    # by default); asked: by the user, so a model that has none says so
+    # a calibrated confidence for each line (engines/confidence.py): the search's own scores
+    # and a forced pass of the reverse model (`mtcli translate` has it on by default); asked:
+    # by the user, so a model that has none says so
     confidence: bool = False
     confidence_asked: bool = True
     # --to: the language a multilingual-target model writes (its >>cmn_Hant<< token); "" or the
@@ -153,6 +153,7 @@ def _own_translator(
         nets = [quantize_int8(m.model) if options.quantize == "int8" else m.model for m in loaded]
     tokenizer, first = loaded[0].tokenizer.for_target(options.target_language), loaded[0]
     cfg = cfg.with_generation(generation_defaults(first.config))  # an ensemble: the first's
+    confidence = _confidence(first, device, options) if options.text_layer else None
     translator = Translator(
         nets,
         tokenizer,
@@ -162,6 +163,7 @@ def _own_translator(
         align=options.align or options.html,
         trace=options.trace,
         constraints=_constraints(options.glossary, first),
+        reading=confidence is not None,
     )
     if not options.text_layer:
         return translator
@@ -176,7 +178,7 @@ def _own_translator(
         warn=options.warn,
         language_check=_language_check(models[0], first.src_lang, options) if chosen else None,
         placeholders=[p for p in first.placeholders if all(p in m.placeholders for m in loaded)],
-        confidence=_confidence(first, device, options),
+        confidence=confidence,
     )
     return MarkupLayer(layer) if options.html else layer
 

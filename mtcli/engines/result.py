@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mtcli.decoding.stepper import AttentionTrace
+    from mtcli.decoding.stepper import AttentionTrace, Reading
 
 
 @dataclass
@@ -26,6 +26,19 @@ class AttentionMaps:
     def cross_mean(self) -> Any:
         """(T, S): the last decoder layer's encoder-decoder attention, averaged over heads."""
         return self.trace.cross[-1].mean(dim=0)
+
+
+@dataclass
+class SearchReading:
+    """What the search read on its way to the output `text`, written as `tokens` (decoding/
+    stepper.py's Reading): the confidence takes the model's own scores from it instead of a
+    second pass. It describes those tokens alone: a result whose text was changed since
+    (numbers put right), or whose text the tokenizer writes in other pieces than the search
+    chose, is scored by a pass over the text's own pieces, as the confidence was fitted."""
+
+    text: str
+    tokens: list[int]
+    reading: Reading
 
 
 @dataclass
@@ -57,6 +70,7 @@ class Translation:
     # so a reader is shown which, not the line's start
     flagged_parts: list[str] | None = None
     kept_source: bool = False  # written as its source: less sure than --min-confidence
+    reading: SearchReading | None = None  # where the confidence is wanted (mtcli's engine)
 
 
 def flagged_texts(t: Translation, written: str) -> list[str]:

@@ -20,7 +20,7 @@ from mtcli.decoding.constraints import constrained_beam_search
 from mtcli.decoding.search import beam_search, greedy, sample
 from mtcli.decoding.steering import StepRules, Tracer, TraceStep
 from mtcli.decoding.stepper import Hypothesis, Models, as_list, output_limit
-from mtcli.engines.result import AttentionMaps, Translation
+from mtcli.engines.result import AttentionMaps, SearchReading, Translation
 from mtcli.engines.routing import Truncator, stream
 from mtcli.model.linear import with_rows_padded
 from mtcli.model.transformer import Seq2Seq
@@ -93,10 +93,14 @@ class Translator:
         align: bool = False,
         trace: bool = False,
         constraints: Callable[[str], list[list[int]]] | None = None,
+        reading: bool = False,
     ):
         if cfg.sample and (align or trace):
             raise ValueError("sampling records no attention or search steps: no align or trace")
         self.models = [m.eval() for m in as_list(model)]
+        # keep what the search read on the way to each output (Translation.reading), for the
+        # confidence: one model's, so not for an ensemble; a draw is scored by a forced pass
+        self.reading = reading and len(self.models) == 1 and not cfg.sample and cfg.use_cache
         # the target phrases (token ids) a line's translation must contain: a glossary's terms
         self.constraints = constraints
         # translate_chunk's `keep` is enforced (text/layer.py asks); not when sampling: a draw
@@ -154,7 +158,7 @@ class Translator:
                 generator=self.generator,
                 **common,
             )
-        common.update(with_attention=self.align, tracer=tracer)
+        common.update(with_attention=self.align, with_reading=self.reading, tracer=tracer)
         if cfg.beam_size == 1:
             return [[h] for h in greedy(self.models, src_ids, src_mask, **common)]
         return beam_search(
@@ -216,6 +220,8 @@ class Translator:
                 texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]
                 best_text, best_score = texts[0] if texts else ("", float("-inf"))
                 results[i] = Translation(lines[i], best_text, best_score, texts, truncated)
+                if hyps and hyps[0].reading is not None:
+                    results[i].reading = SearchReading(best_text, hyps[0].tokens, hyps[0].reading)
                 if tracer is not None:
                     results[i].trace = self._readable(_steps_of(tracer, position))
                 if self.align and hyps:

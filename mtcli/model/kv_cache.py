@@ -23,9 +23,46 @@ class AttentionRecord:
     """
 
     layers: dict[int, list[Tensor]] = field(default_factory=dict)
+    # one layer alone (the confidence reads the last decoder layer's): the others are computed
+    # by the fused kernel, as if nothing were recorded
+    only: int | None = None
+
+    def wants(self, layer: int) -> bool:
+        return self.only is None or layer == self.only
 
     def add(self, layer: int, probs: Tensor) -> None:
-        self.layers.setdefault(layer, []).append(probs.detach())
+        if self.wants(layer):
+            self.layers.setdefault(layer, []).append(probs.detach())
+
+
+class SourceWatch:
+    """The newest decoding step's cross-attention of one decoder layer, averaged over heads:
+    (N, S), a row per decoder row. What a search reads as it goes (how much of the source
+    each output token looked at) without keeping every step's probabilities or every row.
+
+    attend() writes to it as to an AttentionRecord (`add`); CrossAttention then turns what
+    it wrote, grouped as a sentence's beams' queries, back into decoder rows (`take`).
+    """
+
+    def __init__(self, layer: int):
+        self.layer = layer
+        self.latest: Tensor | None = None  # (N, S)
+        self._grouped: Tensor | None = None  # (B, g * T, S)
+
+    def wants(self, layer: int) -> bool:
+        return layer == self.layer
+
+    def add(self, layer: int, probs: Tensor) -> None:
+        """probs (B, H, g * T, S): the g beams of a sentence as one row's queries."""
+        self._grouped = probs.mean(dim=1)
+
+    def take(self, g: int, slots: Tensor | None = None) -> None:
+        """What `add` was given, as the newest query of each decoder row: the beams' places
+        among B * g, or only `slots` (the live beams' rows) where given."""
+        B, GT, S = self._grouped.shape
+        rows = self._grouped.view(B * g, GT // g, S)[:, -1]  # queries are beam-major in a row
+        self.latest = rows if slots is None else rows.index_select(0, slots)
+        self._grouped = None
 
 
 @dataclass
@@ -84,7 +121,10 @@ class KVCache:
         self.cross_k: list[Tensor | None] = [None] * n_layers
         self.cross_v: list[Tensor | None] = [None] * n_layers
         self.record = record  # cross-attention probabilities, when asked for (see AttentionRecord)
-        self.self_record: AttentionRecord | None = AttentionRecord() if record is not None else None
+        # a record of one layer is a reading (the confidence's), not a trace: no self-attention
+        traced = record is not None and record.only is None
+        self.self_record: AttentionRecord | None = AttentionRecord() if traced else None
+        self.watch: SourceWatch | None = None  # the newest step's cross-attention, for a search
         self.beam_rows: BeamRows | None = None  # None: each sentence's rows are all its beams
 
     def _positions(self, flat: Tensor, rows: int) -> Tensor:

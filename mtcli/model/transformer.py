@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtcli.config import PAD_ID, ModelConfig
-from mtcli.model.kv_cache import AttentionRecord, BeamRows, KVCache
+from mtcli.model.kv_cache import AttentionRecord, BeamRows, KVCache, SourceWatch
 from mtcli.model.linear import Linear
 from mtcli.model.packing import Packing
 
@@ -261,22 +261,33 @@ class CrossAttention(_Heads):
         q = self.split(self.q_proj(x))  # (N, H, T, K)
         k, v = self._source_keys_values(memory, cache, layer)  # (B, H, S, K)
         g = q.size(0) // k.size(0)
-        record = cache.record if cache is not None else None
+        record = _wanting(cache.record if cache is not None else None, layer)
+        watch = _wanting(cache.watch if cache is not None else None, layer)
         beam_rows = cache.beam_rows if cache is not None else None
         if beam_rows is not None:  # only live beams have rows: grouped with the others empty
-            return self.merge(self._attend_live_beams(q, k, v, mask, beam_rows, layer))
-        if g == 1:
+            return self.merge(self._attend_live_beams(q, k, v, mask, beam_rows, layer, watch))
+        if record is not None:  # attention traces are per decoder row: one copy per row
+            if g > 1:
+                k, v = k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)
             out = self._attend(q, k, v, mask, record, layer)
-        elif record is not None:  # attention traces are per decoder row: one copy per row
-            k, v = k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)
-            out = self._attend(q, k, v, mask, record, layer)
-        else:
-            grouped = self._attend(_beams_as_queries(q, g), k, v, mask[::g], None, layer)
-            out = _queries_as_beams(grouped, g)
-        return self.merge(out)  # (N, T, D)
+            if watch is not None:
+                watch.add(layer, record.layers[layer][-1])
+                watch.take(1)
+            return self.merge(out)
+        grouped = self._attend(_beams_as_queries(q, g), k, v, mask[::g], watch, layer)
+        if watch is not None:
+            watch.take(g)
+        return self.merge(_queries_as_beams(grouped, g))  # (N, T, D)
 
     def _attend_live_beams(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, rows: BeamRows, layer: int
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor,
+        rows: BeamRows,
+        layer: int,
+        watch: SourceWatch | None,
     ) -> Tensor:
         """q (N, H, T, K) of the live beams' rows, k/v (B, H, S, K) -> (N, H, T, K).
 
@@ -285,8 +296,10 @@ class CrossAttention(_Heads):
         g = rows.group
         placed = q.new_zeros(k.size(0) * g, *q.shape[1:]).index_copy_(0, rows.slots, q)
         grouped = self._attend(
-            _beams_as_queries(placed, g), k, v, mask[rows.first_rows], None, layer
+            _beams_as_queries(placed, g), k, v, mask[rows.first_rows], watch, layer
         )
+        if watch is not None:
+            watch.take(g, rows.slots)
         return _queries_as_beams(grouped, g).index_select(0, rows.slots)
 
     def _source_keys_values(
@@ -302,6 +315,11 @@ class CrossAttention(_Heads):
             k, v = k.contiguous(), v.contiguous()
             cache.cross_k[layer], cache.cross_v[layer] = k, v
         return k, v
+
+
+def _wanting(record, layer: int):
+    """`record` (an AttentionRecord or a SourceWatch) where it wants `layer`'s attention."""
+    return record if record is not None and record.wants(layer) else None
 
 
 def _beams_as_queries(q: Tensor, g: int) -> Tensor:

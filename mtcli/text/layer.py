@@ -34,6 +34,9 @@ from mtcli.text.spans import (
 
 # spans a model reads as they are written (3 hours, 8:15, 15%): kept, not stood in for
 VERBATIM_KINDS = ("number", "time", "pct")
+# sentences translated, kept and judged at a time: a line of a megabyte is ~27,000 of them,
+# and what each step holds for all of them at once grew the memory with the line
+GROUP = 1024
 
 
 class ModelTranslator(Protocol):
@@ -100,8 +103,9 @@ class TextLayer:
         # the placeholder pieces the model was trained to carry (none: stand-ins do their work)
         self.placeholders = set(placeholders)
         self.decoded_again = 0  # sentences decoded a second time under constraints (a measure)
-        # (sentences as the model read them, its outputs) -> confidences in [0, 1], with the
-        # `threshold` under which a line is flagged (engines/confidence.py); None: not asked
+        # (sentences as the model read them, its outputs, the results' readings) ->
+        # confidences in [0, 1], with the `threshold` under which a line is flagged
+        # (engines/confidence.py); None: not asked
         self.confidence = confidence
 
     def translate_chunk(self, lines: list[str], prefixes: list[str | None] | None = None) -> list:
@@ -125,13 +129,21 @@ class TextLayer:
                 prefixes[i] if id(seg) in firsts else None
                 for seg, i in zip(segments, owner, strict=True)
             ]
-        results = self.inner.translate_chunk([s.text for s in segments], wanted)
-        results = self._keep_spans(segments, results, wanted)
-        self._estimate(segments, results)
+        results = []
+        for start in range(0, len(segments), GROUP):
+            group = slice(start, start + GROUP)
+            results += self._translated(segments[group], wanted[group] if wanted else None)
         parts: list[list] = [[] for _ in lines]
         for i, result in zip(owner, results, strict=True):
             parts[i].append(result)
         return [self._line(line, plans[i], parts[i]) for i, line in enumerate(lines)]
+
+    def _translated(self, segments: list[Segment], wanted: list[str | None] | None) -> list:
+        """The segments' results: translated, their spans kept, their confidence estimated."""
+        results = self.inner.translate_chunk([s.text for s in segments], wanted)
+        results = self._keep_spans(segments, results, wanted)
+        self._estimate(segments, results)
+        return results
 
     def _line(self, line: str, segments: list[Segment], parts: list):
         """A line's result from its sentences': rebuilt, its numbers checked, its confidence."""
@@ -155,10 +167,14 @@ class TextLayer:
             return
         scored = [j for j, seg in enumerate(segments) if seg.text.strip()]
         values = self.confidence(
-            [segments[j].text for j in scored], [results[j].text for j in scored]
+            [segments[j].text for j in scored],
+            [results[j].text for j in scored],
+            [results[j].reading for j in scored],  # what the search read, where it has
         )
         for j, value in zip(scored, values, strict=True):
             results[j].confidence = value
+        for result in results:
+            result.reading = None  # spent: a long line's results are many
 
     def _flagged(self, result, segments: list[Segment]):
         """`result`, marked and named on stderr when it writes a number, a month or a weekday

@@ -155,6 +155,10 @@ def test_the_search_reads_what_a_forced_pass_of_its_output_computes(
     for (_, h), (logprobs, received) in zip(pairs, forced, strict=True):
         assert np.allclose(h.reading.logprobs, logprobs, atol=1e-4)
         assert np.allclose(h.reading.received, received, atol=1e-4)
+        assert len(h.reading.attended) == len(h.tokens) + 1
+        if with_attention:  # the recorded trace's last layer, each step's most attended
+            most = h.attention.cross[-1].mean(dim=0).argmax(dim=1).tolist()
+            assert h.reading.attended == most
 
 
 def test_the_confidence_of_a_search_read_output_is_that_of_a_forced_pass(estimators, monkeypatch):
@@ -290,6 +294,43 @@ def test_a_line_is_as_sure_as_its_least_sure_sentence_and_a_wrong_or_lost_number
     assert (blank.confidence, blank.flagged) == (1.0, False)
     # 911 fell out and stayed out (this engine cannot decode again under constraints): flagged
     assert "911" not in lost.text and (lost.confidence, lost.flagged) == (0.25, True)
+
+
+def test_a_long_line_is_translated_and_judged_a_group_of_sentences_at_a_time(monkeypatch):
+    """A line of many sentences goes through the translator and the estimator GROUP sentences
+    at a time (so what they hold is bounded by the group, not the line), and comes out as it
+    does in one piece; the readings spent by the estimator are dropped."""
+    from mtcli.text import layer as layer_module
+
+    sentences = [f"I have {n} cats." for n in range(1, 8)]
+    outputs = {s: f"我有{n}只猫。" for n, s in enumerate(sentences, start=1)}
+
+    class Counting(_Inner):
+        calls: list[int] = []
+
+        def translate_chunk(self, lines, prefixes=None, keep=None):
+            self.calls.append(len(lines))
+            done = super().translate_chunk(lines, prefixes, keep)
+            for t in done:
+                t.reading = "read"
+            return done
+
+    def translate(group: int):
+        monkeypatch.setattr(layer_module, "GROUP", group)
+        judge = _Judge({o: 0.9 for o in outputs.values()})
+        inner = Counting(outputs)
+        inner.calls = []
+        layer = TextLayer(
+            inner, src_lang="en", tgt_lang="zh", can_write=lambda s: True, count_tokens=len,
+            max_tokens=100, confidence=judge,
+        )  # fmt: skip
+        return layer.translate_chunk([" ".join(sentences)])[0], inner.calls, judge.seen
+
+    whole, whole_calls, whole_seen = translate(1024)
+    grouped, calls, seen = translate(3)
+    assert whole_calls == [7] and calls == [3, 3, 1]
+    assert grouped.text == whole.text == "".join(outputs.values()) and seen == whole_seen
+    assert grouped.sentence_confidences == [0.9] * 7 and grouped.reading is None
 
 
 # ---------------------------------------------------------------- the command line

@@ -93,7 +93,8 @@ def greedy(
 class _GreedyOutputs:
     """Greedy search's outputs as they grow, per sentence: its tokens (B, steps), their summed
     log-probability and length (B,), and where asked what it read: each token's log-probability
-    (B, steps) and the cross-attention its source tokens received (B, S), summed step by step."""
+    and the source position it attended to most (B, steps), and the cross-attention its source
+    tokens received (B, S), summed step by step."""
 
     def __init__(self, B: int, n_steps: int, src_mask: Tensor, reading: bool):
         device, self.src_mask = src_mask.device, src_mask
@@ -102,6 +103,7 @@ class _GreedyOutputs:
         self.lengths = torch.zeros(B, dtype=torch.long, device=device)
         self.logprobs = torch.zeros(B, n_steps, device=device) if reading else None
         self.received = torch.zeros(B, src_mask.size(1), device=device) if reading else None
+        self.attended = torch.zeros(B, n_steps, dtype=torch.long, device=device)
 
     def add(
         self,
@@ -121,6 +123,7 @@ class _GreedyOutputs:
         if self.logprobs is not None:
             self.logprobs[sentences, step] = logprobs[live]
             self.received[sentences] += attention[live]
+            self.attended[sentences, step] = attention[live].argmax(dim=1)
 
     def traced(self, tracer: Tracer, ended: Tensor, alpha: float) -> None:
         """Sentences `ended` at this step, shown to the tracer with their scores."""
@@ -144,6 +147,7 @@ class _GreedyOutputs:
                 h.reading = Reading(
                     self.logprobs[b, : lengths[b]].tolist(),
                     self.received[b, : src_lens[b]].tolist(),
+                    self.attended[b, : lengths[b]].tolist(),
                 )
         return hyps
 
@@ -275,58 +279,65 @@ class _Beams:
 
 class _BeamReading:
     """What beam search read on the way to each beam (the Readings), carried with the beams as
-    _Beams carries their tokens: each token's log-probability, and the cross-attention each
-    source token has received, live (Ba, k, t) and (Ba, k, S), in the finished pool
-    (Ba, k, n_steps) and (Ba, k, S), and aside for sentences that left the batch."""
+    _Beams carries their tokens: per step, the token's log-probability and the source position
+    its row attended to most ((..., t, 2): live (Ba, k, t, 2), in the finished pool
+    (Ba, k, n_steps, 2)), and the cross-attention each source token has received ((Ba, k, S)
+    live and finished); and aside, both, for sentences that left the batch."""
 
     def __init__(self, B: int, k: int, n_steps: int, src_mask: Tensor):
         device, S = src_mask.device, src_mask.size(1)
         self.src_lens = src_mask.sum(dim=1).tolist()
-        self.alive_lps = torch.zeros(B, k, 0, device=device)
+        self.alive_steps = torch.zeros(B, k, 0, 2, device=device)
         self.alive_received = torch.zeros(B, k, S, device=device)
-        self.fin_lps = torch.zeros(B, k, n_steps, device=device)
+        self.fin_steps = torch.zeros(B, k, n_steps, 2, device=device)
         self.fin_received = torch.zeros(B, k, S, device=device)
-        self.out_lps, self.out_received = self.fin_lps.clone(), self.fin_received.clone()
-        self.new_lps = self.new_received = None  # this step's continuations, for _finish
+        self.out_steps, self.out_received = self.fin_steps.clone(), self.fin_received.clone()
+        self.new_steps = self.new_received = None  # this step's continuations, for _finish
 
     def extend(self, top_beam: Tensor, token_lp: Tensor, attention: Tensor) -> None:
         """The kept continuations (Ba, k) of beams top_beam, their tokens' log-probabilities
         token_lp; attention (Ba*k, S): what each beam's row read at this step."""
-        Ba, k, step = self.alive_lps.shape
-        lps = self.alive_lps.gather(1, top_beam[:, :, None].expand(-1, -1, step))
-        received = self.alive_received + attention.view(Ba, k, -1)
-        received = received.gather(1, top_beam[:, :, None].expand(-1, -1, received.size(2)))
-        self.new_lps = torch.cat([lps, token_lp[:, :, None]], dim=2)  # (Ba, k, step + 1)
+        Ba, k, step, _ = self.alive_steps.shape
+        attention = attention.view(Ba, k, -1)
+        steps = self.alive_steps.gather(1, top_beam[:, :, None, None].expand(-1, -1, step, 2))
+        attended = attention.argmax(dim=2).gather(1, top_beam).float()  # (Ba, k)
+        this_step = torch.stack([token_lp, attended], dim=2)[:, :, None]  # (Ba, k, 1, 2)
+        received = (self.alive_received + attention).gather(
+            1, top_beam[:, :, None].expand(-1, -1, attention.size(2))
+        )
+        self.new_steps = torch.cat([steps, this_step], dim=2)  # (Ba, k, step + 1, 2)
         self.new_received = received
-        self.alive_lps, self.alive_received = self.new_lps, received
+        self.alive_steps, self.alive_received = self.new_steps, received
 
     def finish(self, keep: Tensor) -> None:
         """The finished pool after _finish picked `keep` (Ba, k) of [pool, continuations]."""
-        Ba, k, n_steps = self.fin_lps.shape
-        new_lps = self.new_lps.new_zeros(Ba, k, n_steps)
-        new_lps[:, :, : self.new_lps.size(2)] = self.new_lps
-        lps = torch.cat([self.fin_lps, new_lps], dim=1)
-        self.fin_lps = lps.gather(1, keep[:, :, None].expand(-1, -1, n_steps))
+        Ba, k, n_steps, _ = self.fin_steps.shape
+        new_steps = self.new_steps.new_zeros(Ba, k, n_steps, 2)
+        new_steps[:, :, : self.new_steps.size(2)] = self.new_steps
+        steps = torch.cat([self.fin_steps, new_steps], dim=1)
+        self.fin_steps = steps.gather(1, keep[:, :, None, None].expand(-1, -1, n_steps, 2))
         received = torch.cat([self.fin_received, self.new_received], dim=1)
         self.fin_received = received.gather(1, keep[:, :, None].expand(-1, -1, received.size(2)))
 
     def leave(self, sentences: Tensor, gone: Tensor, stay: Tensor) -> None:
         """Sentences `gone` (their original indices `sentences`) leave; `stay` stay."""
-        self.out_lps[sentences], self.out_received[sentences] = (
-            self.fin_lps[gone],
+        self.out_steps[sentences], self.out_received[sentences] = (
+            self.fin_steps[gone],
             self.fin_received[gone],
         )
-        self.alive_lps, self.alive_received = self.alive_lps[stay], self.alive_received[stay]
-        self.fin_lps, self.fin_received = self.fin_lps[stay], self.fin_received[stay]
+        self.alive_steps, self.alive_received = self.alive_steps[stay], self.alive_received[stay]
+        self.fin_steps, self.fin_received = self.fin_steps[stay], self.fin_received[stay]
 
     def give(self, results: list[list[Hypothesis]], active: Tensor) -> None:
         """Each hypothesis of `results` its Reading (the pools are sorted as the results are)."""
-        self.out_lps[active], self.out_received[active] = self.fin_lps, self.fin_received
+        self.out_steps[active], self.out_received[active] = self.fin_steps, self.fin_received
         for b, hyps in enumerate(results):
             for j, h in enumerate(hyps):
+                steps = self.out_steps[b, j, : len(h.tokens) + 1]
                 h.reading = Reading(
-                    self.out_lps[b, j, : len(h.tokens) + 1].tolist(),
+                    steps[:, 0].tolist(),
                     self.out_received[b, j, : self.src_lens[b]].tolist(),
+                    steps[:, 1].long().tolist(),
                 )
 
 

@@ -57,11 +57,13 @@ class Reading:
     """What a search computed on its way to one output, kept so that nothing computes it again
     (the confidence reads it): the log-probability of each output token and of its EOS (T,),
     and the cross-attention each source token, its EOS included, received over those T steps
-    (S,): the last decoder layer's, averaged over heads. From a single model (an ensemble's
-    averaged log-probabilities describe no one model)."""
+    (S,): the last decoder layer's, averaged over heads; and for each of the T steps the source
+    position it attended to most (T,), a word alignment's raw material. From a single model
+    (an ensemble's averaged log-probabilities describe no one model)."""
 
     logprobs: list[float]
     received: list[float]
+    attended: list[int]
 
 
 class AttentionRecorder:

@@ -12,6 +12,7 @@ Imports no torch at module level: the CTranslate2 engine never needs it.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from mtcli.config import UNK_ID, DecodeConfig
 from mtcli.engines.calibration import Calibration
 from mtcli.engines.loading import ready_to_decode
+from mtcli.engines.restore import SpanRestorer
 from mtcli.engines.routing import ChunkTranslator, Router
 from mtcli.errors import UserError
 from mtcli.store import registry
@@ -163,10 +165,11 @@ def _own_translator(
         align=options.align or options.html,
         trace=options.trace,
         constraints=_constraints(options.glossary, first),
-        reading=confidence is not None,
+        reading=options.text_layer,  # the confidence and SpanRestorer read it
     )
     if not options.text_layer:
         return translator
+    to_phrases = functools.partial(target_phrases, tokenizer, first.tgt_lang)
     layer = TextLayer(
         translator,
         src_lang=first.src_lang,
@@ -174,13 +177,25 @@ def _own_translator(
         can_write=lambda s: writes_exactly(tokenizer, s),
         count_tokens=tokenizer.source_tokens,
         max_tokens=translator.truncate.limit,
-        to_phrases=lambda strings: target_phrases(tokenizer, first.tgt_lang, strings),
+        to_phrases=to_phrases,
         warn=options.warn,
         language_check=_language_check(models[0], first.src_lang, options) if chosen else None,
         placeholders=[p for p in first.placeholders if all(p in m.placeholders for m in loaded)],
         confidence=confidence,
+        restore=_restorer(translator, tokenizer, to_phrases),
     )
     return MarkupLayer(layer) if options.html else layer
+
+
+def _restorer(translator, tokenizer, to_phrases) -> SpanRestorer | None:
+    """What puts a lost span back where the search's attention places it: where the search
+    kept its reading, and no word alignment or attention map is asked for (those describe
+    the search's own output, which a restored span changes). Otherwise (an ensemble, a draw,
+    --align, --html), and where it cannot place a span, the sentence is decoded again under
+    constraints."""
+    if not translator.reading or translator.align:
+        return None
+    return SpanRestorer(tokenizer, to_phrases)
 
 
 def confidence_column(paths: list, options: EngineOptions) -> bool:

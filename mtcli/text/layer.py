@@ -28,6 +28,7 @@ from mtcli.text.spans import (
     find_spans,
     invented_numbers,
     lost_spans,
+    missing_spans,
     renumbered,
     stand_in,
 )
@@ -90,6 +91,7 @@ class TextLayer:
         language_check: LanguageCheck | None = None,
         placeholders: list[str] | tuple[str, ...] = (),
         confidence=None,
+        restore: Callable[[str, list[str], object], str | None] | None = None,
     ):
         if inner.constrains and to_phrases is None:
             raise ValueError("a translator that constrains needs to_phrases: the ids to keep")
@@ -103,6 +105,11 @@ class TextLayer:
         # the placeholder pieces the model was trained to carry (none: stand-ins do their work)
         self.placeholders = set(placeholders)
         self.decoded_again = 0  # sentences decoded a second time under constraints (a measure)
+        # (sentence as the model read it, strings its translation lost, the translation) ->
+        # the translation with them where its attention places them, or None (engines/
+        # restore.py); None: every lost span is decoded again under constraints
+        self.restore = restore
+        self.restored = 0  # sentences whose lost spans were put back so (a measure)
         # (sentences as the model read them, its outputs, the results' readings) ->
         # confidences in [0, 1], with the `threshold` under which a line is flagged
         # (engines/confidence.py); None: not asked
@@ -143,6 +150,8 @@ class TextLayer:
         results = self.inner.translate_chunk([s.text for s in segments], wanted)
         results = self._keep_spans(segments, results, wanted)
         self._estimate(segments, results)
+        for result in results:
+            result.reading = None  # spent: a long line's results are many
         return results
 
     def _line(self, line: str, segments: list[Segment], parts: list):
@@ -173,8 +182,6 @@ class TextLayer:
         )
         for j, value in zip(scored, values, strict=True):
             results[j].confidence = value
-        for result in results:
-            result.reading = None  # spent: a long line's results are many
 
     def _flagged(self, result, segments: list[Segment]):
         """`result`, marked and named on stderr when it writes a number, a month or a weekday
@@ -195,9 +202,12 @@ class TextLayer:
         """The results, where a free translation lost a span: its numbers put right where they
         pair up one to one, else the sentence decoded again with the spans as constraints
         (mtcli's engine; CTranslate2 has no constrained search, and what stays lost is named)."""
+        free = results
         checked = [_numbers_put_right(seg, r) for seg, r in zip(segments, results, strict=True)]
         results = [result for result, _ in checked]
         again = [j for j, (_, kept) in enumerate(checked) if not kept]
+        if self.restore is not None:
+            again = [j for j in again if not self._restored(segments[j], free[j], results, j)]
         if again and self.inner.constrains:
             self.decoded_again += len(again)
             redone = self.inner.translate_chunk(
@@ -209,6 +219,18 @@ class TextLayer:
                 # a forced 165 the model went on to write as 1650
                 results[j] = _numbers_put_right(segments[j], result)[0]
         return results
+
+    def _restored(self, segment: Segment, free, results: list, j: int) -> bool:
+        """Whether the spans `free` (a free translation) lost could be put back where the
+        model's attention places them (into results[j]): one decode, not two."""
+        text = self.restore(segment.text, missing_spans(free.text, segment.keep), free)
+        if text is None:
+            return False
+        result, kept = _numbers_put_right(segment, replace(free, text=text))
+        if kept:
+            results[j] = result
+            self.restored += 1
+        return kept
 
     def plan(self, line: str) -> list[Segment]:
         """The segments of a line: a sentence each (a long one cut at its clauses)."""

@@ -291,10 +291,16 @@ def _minutes_of_the_hour(text: str, match: re.Match) -> bool:
 def lost_spans(translation: str, spans: list[str]) -> list[str]:
     """The spans the translation lost: a span that occurs twice must occur twice, and a number
     counts only where no digit touches it (165 is not in 1650)."""
+    return list(dict.fromkeys(missing_spans(translation, spans)))
+
+
+def missing_spans(translation: str, spans: list[str]) -> list[str]:
+    """lost_spans, each as many times as the translation lacks it (6 twice where the source
+    has 6 twice and the translation none)."""
     return [
         text
         for text in dict.fromkeys(spans)
-        if len(re.findall(_alone(text), translation)) < spans.count(text)
+        for _ in range(spans.count(text) - len(re.findall(_alone(text), translation)))
     ]
 
 

@@ -67,6 +67,18 @@ def test_a_number_the_source_has_is_not_taken_for_a_lost_one(restorer):
     assert "1990" in restored and "5" in restored.replace("1990", "")
 
 
+def test_into_english_a_number_goes_in_as_a_word_of_its_own():
+    tokenizer = Tokenizer.load(REPO / "models" / "zh-en-tiny")
+    restorer = SpanRestorer(tokenizer, lambda strings: target_phrases(tokenizer, "en", strings))
+    # source: ▁我有 0, 3 1, 只 2, 猫 3, 。 4; output: ▁I ▁have ▁cats .
+    free = _read(restorer, "I have cats.", [0, 0, 3, 4])
+    assert restorer("我有3只猫。", ["3"], free) == "I have 3 cats."
+    # two numbers lost at one place are two words: ▁3 ▁4, no space piece between them
+    # source: ▁我有 0, 3 1, 只 2, 4 3, 只 4, 猫 5, 。 6
+    free = _read(restorer, "I have cats.", [0, 0, 5, 6])
+    assert restorer("我有3只4只猫。", ["3", "4"], free) == "I have 3 4 cats."
+
+
 def test_no_reading_of_that_text_is_no_restoring(restorer):
     free = _read(restorer, "我有三只猫。", [1, 2, 3, 3, 4])
     changed = Translation("", "我有四只猫。", -0.1, reading=free.reading)

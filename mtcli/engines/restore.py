@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 from mtcli.data.placeholders import PIECE_ANY_CASE
 
+CHINESE_NUMERALS = frozenset("零〇一二两三四五六七八九十百千万亿")
+
 
 class SpanRestorer:
     """(source sentence, strings it lost, its Translation) -> the translation with them put
@@ -63,20 +65,29 @@ class SpanRestorer:
         """`tokens` with each place's output tokens (start, end) replaced by its phrase; the
         phrases of places that overlap go in together, in the source's order, a space apart,
         as does a phrase beside another number (2023 and 1,482 must not read 20231,482)."""
-        space = self.tokenizer.tgt.piece_to_id("▁")
         merged: list[list] = []
         for start, end, ids in sorted(places, key=lambda p: (p[0], p[1])):
             if merged and start < max(merged[-1][1], merged[-1][0] + 1):
                 merged[-1][1] = max(merged[-1][1], end)
-                merged[-1][2] = merged[-1][2] + [space] + ids
+                merged[-1][2] = merged[-1][2] + self._apart(merged[-1][2], ids) + ids
             else:
                 merged.append([start, end, ids])
         out = list(tokens)
         for start, end, ids in reversed(merged):
-            before = start > 0 and _like_a_span(pieces[start - 1])
-            after = end < len(pieces) and _like_a_span(pieces[end])
-            out[start:end] = [space] * before + ids + [space] * after
+            before = self._apart(tokens[:start], ids) if start > 0 else []
+            after = self._apart(ids, tokens[end:]) if end < len(tokens) else []
+            out[start:end] = before + ids + after
         return out
+
+    def _apart(self, left: list[int], right: list[int]) -> list[int]:
+        """A space piece to put between `left` and `right` where both sides are written like
+        spans and nothing marks a word start between them; else nothing (and none where the
+        vocabulary has no space piece: the text layer then finds the span lost)."""
+        first, last = self.tokenizer.tgt_id_to_piece([right[0], left[-1]])
+        if first.startswith("▁") or not (_like_a_span(last) and _like_a_span(first)):
+            return []
+        space = self.tokenizer.tgt.piece_to_id("▁")
+        return [] if space == self.tokenizer.tgt.unk_id() else [space]
 
 
 def _runs(pieces: list[str]) -> list[tuple[int, int]]:
@@ -137,6 +148,3 @@ def _like_a_span(piece: str) -> bool:
     if any(c.isdigit() for c in text) or PIECE_ANY_CASE.fullmatch(text):
         return True
     return bool(text) and all(c in CHINESE_NUMERALS for c in text)
-
-
-CHINESE_NUMERALS = frozenset("零〇一二两三四五六七八九十百千万亿")

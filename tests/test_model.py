@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import mtcli.model.packing as packing_module
+from mtcli.config import BOS_ID, EOS_ID
 from mtcli.errors import UserError
 from mtcli.model.linear import Linear, keep_only_packed_weights, onednn_available
 from mtcli.model.transformer import SelfAttention, Seq2Seq, attend, sinusoidal_positions
@@ -469,3 +470,23 @@ def test_linear_training_path_gradients_match_float64():
     ):
         torch.testing.assert_close(got, expected.float(), atol=1e-4, rtol=1e-5)
     assert layer._uses_onednn(x, x.numel() // 96) == onednn_available()
+
+
+def test_a_model_built_to_be_loaded_draws_no_random_fills_and_leaves_torch_init_alone():
+    """initialise=False draws nothing from the generator (its fills are skipped), ties the
+    output projection as the initialised model does, and, loaded, computes the same; torch's
+    init functions work again afterwards."""
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    made = Seq2Seq(cfg).eval()
+    before = torch.random.get_rng_state()
+    loaded = Seq2Seq(cfg, initialise=False)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert loaded.out_proj.weight is loaded.tgt_embed.weight
+    loaded.load_state_dict(made.state_dict())
+    src, tgt = torch.tensor([[5, 6, 7, EOS_ID]]), torch.tensor([[BOS_ID, 8, 9]])
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(src, tgt), made(src, tgt))
+    filled = torch.zeros(4)
+    torch.nn.init.normal_(filled)
+    assert filled.abs().sum() > 0

@@ -11,6 +11,7 @@ Masks are bool and True means "may attend"; they broadcast to (B, H, T_query, T_
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -317,6 +318,21 @@ class CrossAttention(_Heads):
         return k, v
 
 
+@contextlib.contextmanager
+def _fills_skipped():
+    """Modules built inside leave their weights as allocated: torch.nn.init's fills, which
+    every Linear, Embedding and LayerNorm calls from its constructor, do nothing."""
+    names = ("kaiming_uniform_", "uniform_", "normal_", "xavier_uniform_", "zeros_", "ones_")
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, fill in saved.items():
+            setattr(nn.init, name, fill)
+
+
 def _wanting(record, layer: int):
     """`record` (an AttentionRecord or a SourceWatch) where it wants `layer`'s attention."""
     return record if record is not None and record.wants(layer) else None
@@ -420,8 +436,24 @@ class DecoderLayer(_Sublayers):
 class Seq2Seq(nn.Module):
     """Encoder-decoder Transformer with three public methods: encode, decode, forward."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, initialise: bool = True):
+        """`initialise=False`: the weights are left as allocated, for a model whose every
+        weight is loaded next (checkpoint.py checks that the file has them all): the random
+        fills took 0.06 s of each model a one-line `translate` loads (two, with the
+        confidence's reverse model)."""
         super().__init__()
+        if initialise:
+            self._build(cfg)
+            self._init_weights()
+        else:
+            with _fills_skipped():
+                self._build(cfg)
+        if cfg.tie_output:
+            # one Parameter in two places: a Linear (not F.linear on the embedding) so that
+            # int8 quantization, which swaps nn.Linear modules, reaches the largest matmul too
+            self.out_proj.weight = self.tgt_embed.weight
+
+    def _build(self, cfg: ModelConfig) -> None:
         self.cfg = cfg
         D = cfg.d_model
         self.src_embed = nn.Embedding(cfg.src_vocab_size, D, padding_idx=PAD_ID)
@@ -441,11 +473,6 @@ class Seq2Seq(nn.Module):
         self.encoder_norm = nn.LayerNorm(D) if cfg.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(D) if cfg.pre_norm else nn.Identity()
         self.out_proj = Linear(D, cfg.tgt_vocab_size, bias=cfg.output_bias)
-        self._init_weights()
-        if cfg.tie_output:
-            # one Parameter in two places: a Linear (not F.linear on the embedding) so that
-            # int8 quantization, which swaps nn.Linear modules, reaches the largest matmul too
-            self.out_proj.weight = self.tgt_embed.weight
 
     def _init_weights(self) -> None:
         for module in self.modules():

@@ -172,7 +172,7 @@ def check_model_dir(path: str | Path) -> tuple[Path, dict, Seq2Seq, Tokenizer]:
     """Everything `load_model` needs, each file checked (the model built, its weights not yet
     loaded); raises UserError naming a bad file."""
     checked = check_model_files(path)  # all that needs no model (model_dir.py)
-    model = Seq2Seq(checked.model_cfg)
+    model = Seq2Seq(checked.model_cfg, initialise=False)  # every weight is loaded next
     check_weights(checked.path / WEIGHTS_FILE, checked.header, model)
     return checked.path, checked.config, model, checked.tokenizer
 

@@ -1,7 +1,8 @@
 """`make bench`: run every benchmark in its own process, then print one table.
 
     python bench/run.py [--minutes 20]
-        [--only train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,threads]
+        [--only train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,
+                threads,own,confidence,long,real]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -126,6 +127,60 @@ def own_corpus_rows() -> list[tuple[str, str, str, str]]:
         rows.append(
             ("own corpus", setting, "test BLEU | chrF", f"{r['bleu']:.2f} | {r['chrf']:.2f}")
         )
+    return rows
+
+
+def long_line_rows() -> list[tuple[str, str, str, str]]:
+    """bench/long_line.py: one very long line against 2,000 lines, whole processes."""
+    d = _load("long_line")
+    if d is None:
+        return []
+    inputs = ("2,000 lines", "200,000 characters", "1 MB", "200,000 characters, no punctuation")
+    what = "s, MB: 2,000 lines | 200k chars | 1 MB | 200k bare"
+    rows = []
+    for setting in ("default", "greedy"):
+        runs = [d[f"{setting}: {name}"] for name in inputs]
+        figure = " | ".join(f"{r['seconds']:.0f} s, {r['peak_rss_mb']}" for r in runs)
+        ratio = d[f"{setting}: peak RSS of the 1 MB line / the 2,000 lines"]
+        rows.append(("long line", f"{setting}, zh-en-tiny", what, figure))
+        rows.append(("long line", f"{setting}: peak RSS 1 MB / 2,000 lines", "ratio", f"{ratio}x"))
+    return rows
+
+
+def real_text_rows() -> list[tuple[str, str, str, str]]:
+    """bench/real_text.py: lines with numbers against their twins without, per word."""
+    d = _load("real_text")
+    if d is None:
+        return []
+    rows = []
+    for setting in ("default", "no confidence"):
+        r = d[setting]
+        figure = (
+            f"{r['ms_per_word']['digits']} | {r['ms_per_word']['plain']} | "
+            f"{r['digits_over_plain_per_word']:.2f}x | "
+            f"{r['decoded_again']['digits']} of {r['sentences']['digits']}"
+        )
+        what = "ms/word digits | plain | ratio | decoded again"
+        rows.append(("real text", f"{setting}, en-zh-tiny", what, figure))
+    return rows
+
+
+def confidence_rows() -> list[tuple[str, str, str, str]]:
+    """bench/confidence.py: the confidence's cost, and its scores read from the search."""
+    d = _load("confidence")
+    if d is None:
+        return []
+    rows = []
+    for name in ("en-zh-tiny", "zh-en-tiny"):
+        beam, greedy = d["time"][f"{name} beam 5"], d["time"][f"{name} beam 1"]
+        figure = f"+{beam['cost']:.0%} | +{greedy['cost']:.0%}"
+        rows.append(("confidence", f"{name}, 1,000 lines", "cost: beam 5 | greedy", figure))
+    for name, r in d.items():
+        if isinstance(r, dict) and "read_from_the_search" in r:
+            read = r["read_from_the_search"]
+            figure = f"{read['max_difference']} | {read['flagged_alike']:.1%} | {read['auc_read']}"
+            what = "vs a 2nd pass: max diff | flags alike | AUC"
+            rows.append(("confidence", f"{name}, read from the search", what, figure))
     return rows
 
 
@@ -291,6 +346,7 @@ def table() -> str:
                     f"{q['BLEU']:.2f} | {q['chrF2']:.2f} ({q['steps']} steps, peak {q['peak_rss_mb']} MB)",
                 )
             )
+    rows += confidence_rows() + long_line_rows() + real_text_rows()
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -304,7 +360,8 @@ def main() -> None:
     ap.add_argument("--minutes", default="20", help="training budget of each quality run")
     ap.add_argument(
         "--only",
-        default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,threads,own",
+        default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,"
+        "threads,own,confidence,long,real",
     )
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
@@ -340,6 +397,12 @@ def main() -> None:
             "own" in only
         ):  # `train --max-time 2` alone on 2,000 raw pairs (the full table: NOTES.md)
             _run("own_corpus.py", "--short")
+        if "confidence" in only:  # the confidence's cost and its agreement with a second pass
+            _run("confidence.py")
+        if "long" in only:  # one very long line against 2,000 lines: time and peak RSS
+            _run("long_line.py")
+        if "real" in only:  # lines with numbers against their twins without, per word
+            _run("real_text.py")
     print(table())
 
 

@@ -2,7 +2,7 @@
 
     python bench/run.py [--minutes 20]
         [--only train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,
-                threads,own,confidence,long,real]
+                threads,own,default,confidence,long,real]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -144,6 +144,23 @@ def long_line_rows() -> list[tuple[str, str, str, str]]:
         ratio = d[f"{setting}: peak RSS of the 1 MB line / the 2,000 lines"]
         rows.append(("long line", f"{setting}, zh-en-tiny", what, figure))
         rows.append(("long line", f"{setting}: peak RSS 1 MB / 2,000 lines", "ratio", f"{ratio}x"))
+    return rows
+
+
+def default_path_rows() -> list[tuple[str, str, str, str]]:
+    """bench/default_path.py: `mtcli translate` at its defaults beside CTranslate2."""
+    d = _load("default_path")
+    if d is None:
+        return []
+    rows = []
+    for search in ("beam 5", "greedy"):
+        mine, theirs = d[f"mtcli {search}"], d[f"ctranslate2 {search}"]
+        figure = (
+            f"{mine['seconds']} | {theirs['seconds']} s, {mine['peak_rss_mb']} | "
+            f"{theirs['peak_rss_mb']} MB; speed {d[f'mtcli speed vs ctranslate2, {search}']}x"
+        )
+        what = "mtcli | CTranslate2: time, peak RSS"
+        rows.append(("default", f"2,000 lines, whole process, {search}", what, figure))
     return rows
 
 
@@ -346,7 +363,7 @@ def table() -> str:
                     f"{q['BLEU']:.2f} | {q['chrF2']:.2f} ({q['steps']} steps, peak {q['peak_rss_mb']} MB)",
                 )
             )
-    rows += confidence_rows() + long_line_rows() + real_text_rows()
+    rows += default_path_rows() + confidence_rows() + long_line_rows() + real_text_rows()
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -361,7 +378,7 @@ def main() -> None:
     ap.add_argument(
         "--only",
         default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,"
-        "threads,own,confidence,long,real",
+        "threads,own,default,confidence,long,real",
     )
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
@@ -397,6 +414,8 @@ def main() -> None:
             "own" in only
         ):  # `train --max-time 2` alone on 2,000 raw pairs (the full table: NOTES.md)
             _run("own_corpus.py", "--short")
+        if "default" in only:  # `mtcli translate` as it runs by default, beside CTranslate2
+            _run("default_path.py")
         if "confidence" in only:  # the confidence's cost and its agreement with a second pass
             _run("confidence.py")
         if "long" in only:  # one very long line against 2,000 lines: time and peak RSS

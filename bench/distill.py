@@ -16,6 +16,7 @@ otherwise). Writes bench/results/distill.json.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sacrebleu.metrics import BLEU, CHRF  # noqa: E402
 
-from bench.common import REPO, read_lines, write_result  # noqa: E402
+from bench.common import REPO, RESULTS, read_lines, write_result  # noqa: E402
 from mtcli.config import DecodeConfig  # noqa: E402
 from mtcli.store.model_dir import generation_defaults, quantization, read_config  # noqa: E402
 
@@ -111,6 +112,9 @@ def main() -> None:
     parser.add_argument("--pairs", default="en-zh,zh-en")
     args = parser.parse_args()
     record = {"rounds": args.rounds, "threads": 2, "directions": {}}
+    previous = RESULTS / "distill.json"
+    if previous.is_file():  # a direction not run again keeps its last figures
+        record["directions"] = json.loads(previous.read_text())["directions"]
     with tempfile.TemporaryDirectory() as tmp:
         for direction in args.pairs.split(","):
             record["directions"][direction] = bench_pair(direction, args.rounds, Path(tmp))

@@ -148,13 +148,9 @@ def keep_freed_memory() -> bool:
     Setting both values also stops glibc's dynamic adjustment of them. Returns whether it
     took effect (False off Linux or on a C library without mallopt, such as musl's stub).
     """
-    if not sys.platform.startswith("linux"):
+    mallopt = _glibc("mallopt", (ctypes.c_int, ctypes.c_int))
+    if mallopt is None:
         return False
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
@@ -164,21 +160,23 @@ def release_freed_memory() -> None:
     """Hand the memory freed inside the heap back to the kernel (glibc's malloc_trim), for a
     pass whose tensors grow batch by batch: blocks kept for reuse (keep_freed_memory) that the
     next, larger batch cannot use only add to the peak. A no-op off glibc."""
-    trim = _malloc_trim()
+    trim = _glibc("malloc_trim", (ctypes.c_size_t,))
     if trim is not None:
         trim(0)
 
 
 @functools.cache
-def _malloc_trim():
+def _glibc(name: str, argtypes: tuple):
+    """The C library's function `name` (returning an int), or None off Linux or where the
+    library has no such function (musl's mallopt is a stub; it may have no malloc_trim)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
         return None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
+    function.argtypes, function.restype = list(argtypes), ctypes.c_int
+    return function
 
 
 # ---------------------------------------------------------------- oneDNN's kernel caches

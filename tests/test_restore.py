@@ -79,6 +79,17 @@ def test_into_english_a_number_goes_in_as_a_word_of_its_own():
     assert restorer("我有3只4只猫。", ["3", "4"], free) == "I have 3 4 cats."
 
 
+def test_a_number_the_model_wrote_in_words_gives_way_to_the_digits():
+    tokenizer = Tokenizer.load(REPO / "models" / "zh-en-tiny")
+    restorer = SpanRestorer(tokenizer, lambda strings: target_phrases(tokenizer, "en", strings))
+    # source: ▁他有 0, 3 1, 个 2, 孩子 3, 。 4; output: ▁He ▁has ▁three ▁children .
+    attended_three = _read(restorer, "He has three children.", [0, 0, 1, 3, 4])
+    assert restorer("他有3个孩子。", ["3"], attended_three) == "He has 3 children."
+    # "three" looked elsewhere: the 3 goes after ▁has, and the words beside it give way
+    elsewhere = _read(restorer, "He has three children.", [0, 0, 0, 3, 4])
+    assert restorer("他有3个孩子。", ["3"], elsewhere) == "He has 3 children."
+
+
 def test_no_reading_of_that_text_is_no_restoring(restorer):
     free = _read(restorer, "我有三只猫。", [1, 2, 3, 3, 4])
     changed = Translation("", "我有四只猫。", -0.1, reading=free.reading)

@@ -17,6 +17,13 @@ from collections.abc import Callable
 from mtcli.data.placeholders import PIECE_ANY_CASE
 
 CHINESE_NUMERALS = frozenset("零〇一二两三四五六七八九十百千万亿")
+NUMBER_WORDS = frozenset(
+    {
+        *("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"),
+        *("eleven", "twelve", "twenty", "thirty", "forty", "fifty", "hundred", "thousand"),
+        *("million", "billion", "dozen"),
+    }
+)
 
 
 class SpanRestorer:
@@ -125,6 +132,9 @@ def _place(
         at = max(before, key=lambda j: (attended[j], j)) + 1 if before else 0
     while 0 < at < len(pieces) and _like_a_span(pieces[at - 1]) and _like_a_span(pieces[at]):
         at += 1  # not inside another number: after it
+    for beside in (at - 1, at):  # the model's own words for it, just there: they give way
+        if 0 <= beside < len(pieces) and beside not in kept and _in_words(pieces[beside]):
+            return beside, beside + 1
     return at, at
 
 
@@ -142,9 +152,17 @@ def _tokens_of(source: str, text: str, offsets: list[tuple[int, int]], nth: int 
 
 
 def _like_a_span(piece: str) -> bool:
-    """Whether an output piece is written like a span's: a digit in it, a Chinese numeral
-    (三 where the source has 3), or a placeholder piece."""
+    """Whether an output piece is written like a span's: a digit in it, a placeholder piece,
+    or a number in words (三 or three where the source has 3)."""
     text = piece.removeprefix("▁")
     if any(c.isdigit() for c in text) or PIECE_ANY_CASE.fullmatch(text):
+        return True
+    return _in_words(piece)
+
+
+def _in_words(piece: str) -> bool:
+    """Whether a piece is a number written in words: Chinese numerals, an English number."""
+    text = piece.removeprefix("▁")
+    if text.lower() in NUMBER_WORDS and piece.startswith("▁"):
         return True
     return bool(text) and all(c in CHINESE_NUMERALS for c in text)

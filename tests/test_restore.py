@@ -134,3 +134,13 @@ def test_the_text_layer_decodes_again_only_what_could_not_be_put_back(restorer, 
     else:
         assert result.text == "我有3只猫。" and len(inner.calls) == 2
         assert (layer.restored, layer.decoded_again) == (0, 1)
+
+
+def test_only_a_digit_beside_a_digit_is_set_apart(restorer):
+    """3 then 7 would read 37: a space between; a date's piece beside a time's reads
+    5月5日10:30, as Chinese writes it: nothing between."""
+    sp = restorer.tokenizer.tgt
+    three, seven = sp.piece_to_id("3"), sp.piece_to_id("7")
+    date, time = sp.piece_to_id("｟date1｠"), sp.piece_to_id("｟time1｠")
+    assert restorer._apart([three], [seven]) == [sp.piece_to_id("▁")]
+    assert restorer._apart([date], [time]) == []

@@ -87,11 +87,12 @@ class SpanRestorer:
         return out
 
     def _apart(self, left: list[int], right: list[int]) -> list[int]:
-        """A space piece to put between `left` and `right` where both sides are written like
-        spans and nothing marks a word start between them; else nothing (and none where the
+        """A space piece to put between `left` and `right` where a digit would touch a digit
+        (3 and 7 must not read 37) and nothing marks a word start between them; else nothing
+        (a date's piece beside a time's gives 5月5日10:30, no space; and none where the
         vocabulary has no space piece: the text layer then finds the span lost)."""
         first, last = self.tokenizer.tgt_id_to_piece([right[0], left[-1]])
-        if first.startswith("▁") or not (_like_a_span(last) and _like_a_span(first)):
+        if first.startswith("▁") or not (last[-1:].isdigit() and first[:1].isdigit()):
             return []
         space = self.tokenizer.tgt.piece_to_id("▁")
         return [] if space == self.tokenizer.tgt.unk_id() else [space]

@@ -103,7 +103,9 @@ class _GreedyOutputs:
         self.lengths = torch.zeros(B, dtype=torch.long, device=device)
         self.logprobs = torch.zeros(B, n_steps, device=device) if reading else None
         self.received = torch.zeros(B, src_mask.size(1), device=device) if reading else None
-        self.attended = torch.zeros(B, n_steps, dtype=torch.long, device=device)
+        self.attended = (
+            torch.zeros(B, n_steps, dtype=torch.long, device=device) if reading else None
+        )
 
     def add(
         self,

@@ -18,6 +18,7 @@ from mtcli.cli import main
 from mtcli.cli.options import build_decode_config
 from mtcli.config import DecodeConfig
 from mtcli.data.tokenizer import Tokenizer
+from mtcli.model.int8 import Int8Linear
 from mtcli.model.transformer import Seq2Seq
 from mtcli.serving.app import Models, ServeConfig, create_app, mtcli_served
 from mtcli.serving.models import Wanted
@@ -111,8 +112,8 @@ def test_serve_uses_them_unless_the_request_asks(greedy_model):
 
 
 def _int8_modules(model: torch.nn.Module) -> tuple[int, int]:
-    """(dynamic int8 Linear layers, float Linear layers) of a model."""
-    int8 = sum(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in model.modules())
+    """(int8 Linear layers, float Linear layers) of a model."""
+    int8 = sum(isinstance(m, Int8Linear) for m in model.modules())
     return int8, sum(isinstance(m, torch.nn.Linear) for m in model.modules())
 
 

@@ -11,14 +11,13 @@ import threading
 from dataclasses import replace
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from mtcli.cli import main
 from mtcli.config import DecodeConfig
 from mtcli.data.textio import read_chunks
 from mtcli.engines.build import EngineOptions, build_translator
-from mtcli.engines.translator import Translator, quantize_int8
+from mtcli.engines.translator import Translator
 from mtcli.errors import UserError
 from mtcli.model.linear import Linear, onednn_available
 from mtcli.store.checkpoint import load_model
@@ -167,31 +166,6 @@ def test_a_model_loaded_to_translate_keeps_only_packed_weights_and_scores_alike(
         )
     int8 = build_translator([copy_model_dir], cfg, replace(options, quantize="int8"))
     assert not any(p.is_meta for p in int8.models[0].parameters())
-
-
-def test_int8_quantizes_every_linear_layer(tiny_model):
-    """mtcli's Linear is a subclass of nn.Linear, which torch.ao does not quantize by itself:
-    after quantize_int8 no float Linear is left, and each became a dynamic int8 one."""
-    linears = [name for name, m in tiny_model.named_modules() if isinstance(m, torch.nn.Linear)]
-    quantize_int8(tiny_model)
-    dynamic = torch.ao.nn.quantized.dynamic.Linear
-    kinds = {name: type(m).__mro__[1] for name, m in tiny_model.named_modules() if name in linears}
-    assert kinds == dict.fromkeys(linears, dynamic)  # each one is torch.ao's, on padded rows
-    assert not any(isinstance(m, torch.nn.Linear) for m in tiny_model.modules())
-
-
-def test_int8_linear_on_padded_rows_equals_torch_ao_on_the_rows_themselves(tiny_model):
-    """The int8 Linear pads its rows to ROW_MULTIPLE: for row counts below, at and past a
-    multiple, its output is exactly torch.ao's dynamic int8 Linear on the unpadded input."""
-    quantize_int8(tiny_model)
-    layer = tiny_model.out_proj
-    own_forward = torch.ao.nn.quantized.dynamic.Linear.forward
-    torch.manual_seed(5)
-    for shape in [(1, 32), (5, 32), (16, 32), (17, 32), (33, 32), (3, 7, 32)]:
-        x = torch.randn(*shape) * 3
-        with torch.no_grad():
-            got, expected = layer(x), own_forward(layer, x)
-        assert got.shape == expected.shape and torch.equal(got, expected)
 
 
 def test_int8_quantized_translation(copy_model_dir, copy_lines):

@@ -7,7 +7,6 @@ and the streaming and routing of lines, live in result.py and routing.py (no tor
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
@@ -22,60 +21,16 @@ from mtcli.decoding.steering import StepRules, Tracer, TraceStep
 from mtcli.decoding.stepper import Hypothesis, Models, as_list, output_limit
 from mtcli.engines.result import AttentionMaps, SearchReading, Translation
 from mtcli.engines.routing import Truncator, stream
-from mtcli.model.linear import with_rows_padded
+from mtcli.model.int8 import quantize_linears
 from mtcli.model.transformer import Seq2Seq
 
 
 def quantize_int8(model: Seq2Seq) -> Seq2Seq:
-    """Dynamic int8 quantization of the Linear layers, for CPU decoding (torch.ao), in place.
-
-    The output projection is an nn.Linear tied to the target embedding, so it is quantized too
-    (an int8 copy beside the fp32 embedding the decoder's input still reads). In place: the
-    fp32 Linear weights are dropped, not kept alive beside their quantized copies. torch 2.10+
-    marks torch.ao.quantization deprecated; it still works, so the warnings are silenced here
-    rather than shown to every user.
-    """
-    _as_plain_linears(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=DeprecationWarning)
-        warnings.simplefilter("ignore", category=UserWarning)
-        torch.ao.quantization.quantize_dynamic(
-            model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True
-        )
-    padded = _row_padded_int8_linear()
-    for module in model.modules():
-        if type(module) is torch.ao.nn.quantized.dynamic.Linear:
-            module.__class__ = padded  # the same module, its forward on padded rows
-    return model
-
-
-@functools.cache
-def _row_padded_int8_linear() -> type:
-    """torch.ao's dynamic int8 Linear on rows padded to a multiple of ROW_MULTIPLE (zero rows:
-    the same results, since a dynamic scale's range always holds 0). Why: its quantized inputs
-    and outputs had a new size at nearly every decoding step, and the heap grew to 300 MiB with
-    190 in use at the peak; padded, beam 5's run memory fell from 232 to 172 MiB (README)."""
-    base = torch.ao.nn.quantized.dynamic.Linear
-
-    class RowPaddedInt8Linear(base):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            """(..., in) -> (..., out)."""
-            return with_rows_padded(super().forward, x)
-
-    return RowPaddedInt8Linear
-
-
-def _as_plain_linears(model: torch.nn.Module) -> None:
-    """Swap the model's Linear layers for nn.Linear on the same Parameters (ties kept): torch.ao
-    quantizes nn.Linear itself, not its subclasses."""
-    for name, module in list(model.named_modules()):
-        if isinstance(module, torch.nn.Linear) and type(module) is not torch.nn.Linear:
-            plain = torch.nn.Linear(
-                module.in_features, module.out_features, bias=module.bias is not None
-            )
-            plain.weight, plain.bias = module.weight, module.bias
-            parent, _, leaf = name.rpartition(".")
-            setattr(model.get_submodule(parent), leaf, plain)
+    """int8 Linear layers for CPU decoding, each row of input scaled on its own (so that a
+    sentence translates and scores alike in any batch; mtcli.model.int8), in place. The output
+    projection, tied to the target embedding, gets an int8 copy beside the fp32 embedding the
+    decoder's input still reads."""
+    return quantize_linears(model)
 
 
 class Translator:

@@ -93,7 +93,7 @@ $(KD)/en.sources $(KD)/zh.sources: | $(TATOEBA)/test.src $(STAMP)
 
 model-student: $(STAMP) $(KD)/en.sources
 	$(BIN)/mtcli distill --teacher models/en-zh-tiny --src $(KD)/en.sources --config mtcli/training/presets/en-zh-student.toml --out runs/en-zh-student \
-		--student-beam 3 --quantize int8
+		--student-beam 2 --quantize int8
 	mkdir -p models/en-zh-tiny-student && cp runs/en-zh-student/model/* models/en-zh-tiny-student/
 	$(BIN)/mtcli distill --teacher models/zh-en-tiny --src $(KD)/zh.sources --config mtcli/training/presets/zh-en-student.toml --out runs/zh-en-student
 

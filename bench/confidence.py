@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import REPO, RESULTS, read_lines, write_result  # noqa: E402
 
 GOOD, BAD = 50.0, 20.0  # sentence chrF of a good translation, and of a bad one
+ALONE = 300  # lines translated and judged one at a time (alone_against_batched)
 GOOD_FLAGGED = 0.10  # the threshold flags this share of the valid split's good translations
 # each shipped model: its reverse (the installed model the other way), its languages
 MODELS = {
@@ -310,13 +311,44 @@ def run_model(name: str, data: Path, refit: bool) -> dict:
 
 
 def read_only(name: str, data: Path) -> dict:
-    """read_against_forced on the test split, alone."""
+    """read_against_forced on the test split, and alone_against_batched."""
     from mtcli.engines.calibration import Calibration
 
     model = REPO / "models" / name
     sources, refs = split(data, "test", MODELS[name][1])
     results = translations(model, sources)
-    return read_against_forced(name, Calibration.load(model), sources, refs, results)
+    calibration = Calibration.load(model)
+    record = read_against_forced(name, calibration, sources, refs, results)
+    return record | alone_against_batched(name, calibration, sources, results)
+
+
+def alone_against_batched(name: str, calibration, sources: list[str], results: list) -> dict:
+    """The first ALONE lines translated and judged one at a time against the same lines in the
+    test split's batches: how many translations differ, and the largest confidence difference
+    (a line's output and confidence should not depend on the lines beside it)."""
+    from mtcli.config import DecodeConfig
+    from mtcli.engines.build import EngineOptions, build_translator
+
+    est = estimator(name, calibration)
+    translator = build_translator(
+        [REPO / "models" / name],
+        DecodeConfig(beam_size=5),
+        EngineOptions(device="cpu", text_layer=False),
+    )
+    translator.reading = True
+    batched = results[:ALONE]
+    alone = [translator.translate_chunk([s])[0] for s in sources[:ALONE]]
+    scored = [
+        est([s], [t.text], [t.reading])[0] for s, t in zip(sources[:ALONE], alone, strict=True)
+    ]
+    together = est(sources[:ALONE], [t.text for t in batched], [t.reading for t in batched])
+    return {
+        "alone_lines": ALONE,
+        "alone_translations_differing": sum(
+            a.text != b.text for a, b in zip(alone, batched, strict=True)
+        ),
+        "alone_confidence_max_difference": float(np.abs(np.subtract(scored, together)).max()),
+    }
 
 
 def timing(data: Path, n: int = 1000, rounds: int = 3) -> dict:

@@ -31,7 +31,8 @@ MAY_IMPORT = {
     "training": {"engines", "text", "decoding", "model", "store", "data"} | BASE,
     "documents": {"text", "data"}
     | BASE,  # files of strings: above the text layer, below cli/serving
-    "serving": {"engines", "text", "store", "data", "documents"} | BASE,
+    "serving": {"engines", "text", "store", "data", "documents", "explain"} | BASE,
+    "explain": {"engines", "decoding", "model", "store", "data"} | BASE,
 }
 CLI_ONLY = {"rich", "click"}  # the terminal's: the library reports through callbacks
 LONGEST_FUNCTION = 60  # lines, signature and docstring included

@@ -22,6 +22,7 @@ COMMANDS = {
     "export": "mtcli.cli.export:export_command",
     "import": "mtcli.cli.import_model:import_group",
     "attention": "mtcli.cli.attention:attention_command",
+    "explain": "mtcli.cli.explain:explain_command",
     "models": "mtcli.cli.models:models_command",
     "distill": "mtcli.cli.distill:distill_command",
     "serve": "mtcli.cli.serve:serve_command",

@@ -26,6 +26,9 @@ class AttentionRecord:
     # one layer alone (the confidence reads the last decoder layer's): the others are computed
     # by the fused kernel, as if nothing were recorded
     only: int | None = None
+    # also the scores before the softmax, per layer (Q·Kᵀ, and Q·Kᵀ / √K): `mtcli explain`
+    # shows each step of the arithmetic; None keeps none
+    scores: dict[int, list[tuple[Tensor, Tensor]]] | None = None
 
     def wants(self, layer: int) -> bool:
         return self.only is None or layer == self.only
@@ -33,6 +36,11 @@ class AttentionRecord:
     def add(self, layer: int, probs: Tensor) -> None:
         if self.wants(layer):
             self.layers.setdefault(layer, []).append(probs.detach())
+
+    def add_scores(self, layer: int, products: Tensor, scaled: Tensor) -> None:
+        """products Q·Kᵀ and scaled Q·Kᵀ / √K, each (B, H, Tq, Tk), where scores are kept."""
+        if self.scores is not None and self.wants(layer):
+            self.scores.setdefault(layer, []).append((products.detach(), scaled.detach()))
 
 
 class SourceWatch:
@@ -51,6 +59,9 @@ class SourceWatch:
 
     def wants(self, layer: int) -> bool:
         return layer == self.layer
+
+    def add_scores(self, layer: int, products: Tensor, scaled: Tensor) -> None:
+        """A watch keeps no scores (attend() writes to it as to an AttentionRecord)."""
 
     def add(self, layer: int, probs: Tensor) -> None:
         """probs (B, H, g * T, S): the g beams of a sentence as one row's queries."""

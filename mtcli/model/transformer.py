@@ -82,9 +82,15 @@ def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     return scores.softmax(dim=-1)
 
 
-def attention_probs(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
-    """softmax(Q Kᵀ / √K) with masked keys at zero weight. q (B,H,Tq,K), k (B,H,Tk,K) -> (B,H,Tq,Tk)."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+def attention_probs(
+    q: Tensor, k: Tensor, mask: Tensor | None, record: AttentionRecord | None = None, layer: int = 0
+) -> Tensor:
+    """softmax(Q Kᵀ / √K) with masked keys at zero weight. q (B,H,Tq,K), k (B,H,Tk,K) -> (B,H,Tq,Tk).
+    A `record` that keeps scores gets Q Kᵀ and Q Kᵀ / √K as they were computed."""
+    products = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+    scores = products / math.sqrt(q.size(-1))
+    if record is not None:
+        record.add_scores(layer, products, scores)
     return masked_softmax(scores, mask)
 
 
@@ -108,7 +114,7 @@ def attend(
     if record is not None or written_out:
         if is_causal:
             mask = causal_mask(q.size(-2), k.size(-2), q.device)
-        probs = attention_probs(q, k, mask)
+        probs = attention_probs(q, k, mask, record, layer)
         if record is not None:
             record.add(layer, probs)
         return probs @ v

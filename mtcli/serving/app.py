@@ -8,6 +8,7 @@ its answer. Never decodes by itself and prints nothing: each request is reported
   GET  /languages      LibreTranslate's list of languages and their targets
   POST /v1/translate   mtcli's own: lines, beam size, n-best with scores, alignments, attention
   GET  /health         200 once the models are loaded, 503 before
+  GET  /explain        `mtcli explain`'s page for one sentence (q, source, target, model)
   GET  /               the web page;  /docs  the OpenAPI docs
 
 A request's lines are routed as the command line routes them (engines.routing.route: empty
@@ -298,6 +299,7 @@ def create_app(
     _file_routes(app, service)
     _settings_route(app, service)
     _other_routes(app, service)
+    _explain_route(app, service)
     return app
 
 
@@ -402,6 +404,54 @@ def _other_routes(app: FastAPI, service: Service) -> None:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page():
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+
+def _explain_route(app: FastAPI, service: Service) -> None:
+    one_at_a_time = asyncio.Lock()  # a walk-through takes a core for ~0.3 s: never a pile
+
+    @app.get("/explain", response_class=HTMLResponse, summary="The model's arithmetic, as a page")
+    async def explain(
+        request: Request,
+        q: str = "",
+        source: str = "auto",
+        target: str | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+    ):
+        """`mtcli explain`'s page for the sentence `q`: its pieces, embeddings, one encoder
+        head worked through, the decoder step by step and what the model learned, with the
+        served model's own numbers (the model by name, by the pair, else by q's language)."""
+        service.check_key(api_key, request.headers.get("x-api-key"))
+        service.models.check_ready()
+        served = explained_model(service, q, source, target, model)
+        async with one_at_a_time:
+            page = await asyncio.get_running_loop().run_in_executor(
+                None, explained_page, served.path, q
+            )
+        return HTMLResponse(page)
+
+
+def explained_model(service: Service, q: str, source: str, target: str | None, model: str | None):
+    """The served model that /explain walks through for `q`, or a 4xx saying why none."""
+    if not q.strip():
+        raise ApiError(400, "q is empty: there is nothing to explain")
+    if len(q) > service.cfg.max_chars:
+        raise ApiError(413, f"q has {len(q)} characters; at most {service.cfg.max_chars}")
+    served = service.models.picker(source, target, model)(q)
+    if served is None:
+        raise ApiError(400, "no served model translates q (name one with model=)")
+    if served.path is None:
+        raise ApiError(400, f"{served.name} runs on CTranslate2, whose arithmetic cannot be shown")
+    return served
+
+
+def explained_page(model_dir, q: str) -> str:
+    from mtcli.explain.page import page_for
+
+    try:
+        return page_for(model_dir, q)
+    except UserError as e:
+        raise ApiError(400, str(e)) from None
 
 
 def _file_routes(app: FastAPI, service: Service) -> None:

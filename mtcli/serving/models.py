@@ -62,6 +62,7 @@ class Served:
     tgt_lang: str
     make_translator: Callable[[DecodeConfig, Wanted], object]
     count_tokens: Callable[[str], int]  # source tokens of a line, for the batch budget
+    path: Path | None = None  # the model's directory, where mtcli's engine runs it (/explain)
 
 
 class Models:
@@ -161,6 +162,7 @@ def mtcli_served(name: str, loaded, device) -> Served:
         loaded.tgt_lang,
         make,
         loaded.tokenizer.source_tokens,
+        loaded.path,
     )
 
 

@@ -31,16 +31,24 @@ def browser():
     driver.quit()
 
 
-def test_the_page_translates_as_you_type_and_draws_attention(browser, tmp_path):
-    """Typing "Why do we work?" into the page shows Chinese, n-best scores and a heatmap."""
+def _ready_page(browser, server):
+    """The server's page open and its models loaded; a wait of up to 60 s for what follows."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
+    browser.get(server.url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda b: b.find_element(By.ID, "status").text == "ready")
+    return wait
+
+
+def test_the_page_translates_as_you_type_and_draws_attention(browser, tmp_path):
+    """Typing "Why do we work?" into the page shows Chinese, n-best scores and a heatmap."""
+    from selenium.webdriver.common.by import By
+
     server = _Server("-m", "en-zh-tiny")
     try:
-        browser.get(server.url + "/")
-        wait = WebDriverWait(browser, 60)
-        wait.until(lambda b: b.find_element(By.ID, "status").text == "ready")
+        wait = _ready_page(browser, server)
         browser.find_element(By.ID, "source").send_keys("Why do we work?")
         wait.until(
             lambda b: any(
@@ -66,13 +74,10 @@ def test_the_page_asks_for_the_key_a_server_needs(browser):
     """With --api-key the page's first translation gets a 403 with a reason: it shows a key
     field, and once the key is typed the translation appears."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     server = _Server("-m", "en-zh-tiny", "--api-key", "s3cret")
     try:
-        browser.get(server.url + "/")
-        wait = WebDriverWait(browser, 60)
-        wait.until(lambda b: b.find_element(By.ID, "status").text == "ready")
+        wait = _ready_page(browser, server)
         browser.find_element(By.ID, "source").send_keys("Why do we work?")
         wait.until(lambda b: b.find_element(By.ID, "key").is_displayed())
         assert "key" in browser.find_element(By.ID, "error").text
@@ -91,13 +96,10 @@ def test_the_page_marks_the_lines_the_model_is_unsure_of(browser):
     one's translation is marked unsure (its class, a title with its confidence), and the page
     says how many lines it marked."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     server = _Server("-m", "en-zh-tiny")
     try:
-        browser.get(server.url + "/")
-        wait = WebDriverWait(browser, 60)
-        wait.until(lambda b: b.find_element(By.ID, "status").text == "ready")
+        wait = _ready_page(browser, server)
         far = "The city council voted on Tuesday to postpone the budget hearing until the audit is complete."
         browser.find_element(By.ID, "source").send_keys("Do you have a pencil?\n" + far)
         wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#translation .unsure"))
@@ -120,15 +122,13 @@ def test_the_files_tab_translates_a_subtitle_file(browser, tmp_path):
     chosen in the file input and sent comes back as a download link whose file has the
     cue's timing as it was and Chinese text; the link works once."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from selenium.webdriver.support.ui import Select
 
     film = tmp_path / "film.srt"
     film.write_text("1\n00:00:01,000 --> 00:00:02,500\nWhy do we work?\n", encoding="utf-8")
     server = _Server("-m", "en-zh-tiny")
     try:
-        browser.get(server.url + "/")
-        wait = WebDriverWait(browser, 60)
-        wait.until(lambda b: b.find_element(By.ID, "status").text == "ready")
+        wait = _ready_page(browser, server)
         wait.until(lambda b: b.find_element(By.ID, "tab-files").is_displayed())
         browser.find_element(By.ID, "tab-files").click()
         assert ".srt" in browser.find_element(By.ID, "file").get_attribute("accept")
@@ -149,5 +149,32 @@ def test_the_files_tab_translates_a_subtitle_file(browser, tmp_path):
         assert status == 200 and text.startswith("1\n00:00:01,000 --> 00:00:02,500\n")
         assert any("\u4e00" <= ch <= "\u9fff" for ch in text)
         assert browser.execute_async_script(fetch, link.get_attribute("href"))[0] == 404
+    finally:
+        server.stop()
+
+
+def test_the_page_links_to_the_walk_through_of_the_first_line(browser, tmp_path):
+    """Once "Why do we work?" is translated, the page's link opens /explain for it: every step's
+    heading, the numbers in tables, the attention as shaded heatmap cells."""
+    from selenium.webdriver.common.by import By
+
+    server = _Server("-m", "en-zh-tiny")
+    try:
+        wait = _ready_page(browser, server)
+        browser.find_element(By.ID, "source").send_keys("Why do we work?")
+        wait.until(lambda b: b.find_element(By.ID, "explain").is_displayed())
+        browser.get(browser.find_element(By.ID, "explain").get_attribute("href"))
+        wait.until(
+            lambda b: "5. What the model learned" in b.find_element(By.TAG_NAME, "body").text
+        )
+        headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
+        assert [h.split(".")[0] for h in headings] == ["1", "2", "3", "4", "5"]
+        assert len(browser.find_elements(By.TAG_NAME, "table")) > 20
+        shaded = browser.find_elements(By.CSS_SELECTOR, "td[style*='rgba']")
+        assert len(shaded) >= 36  # at least the 6 x 6 softmax of "Why do we work?"
+        assert "Translation:" in browser.find_element(By.TAG_NAME, "body").text
+        shot = Path(os.environ.get("MTCLI_SCREENSHOT_EXPLAIN", tmp_path / "explain.png"))
+        browser.save_screenshot(str(shot))
+        print("explain page:", browser.current_url, "screenshot:", shot)
     finally:
         server.stop()

@@ -415,3 +415,36 @@ def test_a_multilingual_target_model_writes_the_language_to_names(tmp_path):
     )
     wrong = CliRunner().invoke(main, ["translate", "-m", str(out), "--to", "de", lines[0]])
     assert wrong.exit_code == 2 and "the model writes cmn_Hans, cmn_Hant, yue_Hant" in wrong.output
+
+
+def test_explain_walks_an_imported_marian_with_transformers_own_numbers(tmp_path):
+    """`mtcli explain` on an imported MarianMT (swish, separate vocabularies, scaled
+    embeddings): every encoder layer's attention and the chosen layer's output equal what
+    transformers' own MarianMT computes (output_attentions, output_hidden_states) to 1e-5, and
+    the walk's greedy translation is `mtcli translate --greedy`'s."""
+    from mtcli.explain.walk import explain
+    from mtcli.store.hf_export import marian_order
+
+    marian, directory, tok = _random_marian(tmp_path)
+    mine = tmp_path / "mine"
+    result = CliRunner().invoke(main, ["import", "huggingface", str(directory), "--out", str(mine)])
+    assert result.exit_code == 0, result.output
+    line = copy_sentences(1, seed=4)[0]
+    src = pad([tok.encode_src(line) + [EOS_ID]])
+    marian.config._attn_implementation = "eager"  # sdpa gives no attention weights
+    with torch.inference_mode():
+        theirs = marian.get_encoder()(
+            input_ids=src, output_attentions=True, output_hidden_states=True
+        )
+    order = marian_order(32)  # MarianMT's features (sines, then cosines) in mtcli's order
+    for layer in range(2):
+        walked = explain(load_model(mine), line, layer=layer, head=1)
+        assert walked.shape["activation"] == "swish"
+        expected = theirs.attentions[layer][0].numpy()  # (H, S, S)
+        assert abs(walked.encoder["all_heads"] - expected).max() < 1e-5
+        ours = walked.encoder["out"][:, order.numpy()]  # (S, D) in MarianMT's order
+        assert abs(ours - theirs.hidden_states[layer + 1][0].numpy()).max() < 1e-4
+    translated = CliRunner().invoke(
+        main, ["translate", "-q", "-m", str(mine), "--greedy", "--no-confidence", line]
+    )
+    assert walked.translation == translated.stdout.strip()

@@ -159,6 +159,8 @@ def test_the_decoder_steps_give_what_translate_gives(beam):
         )
         assert translated.exit_code == 0, translated.output
         assert walked["translation"] == translated.stdout.strip()
+        mask = np.asarray(walked["decoder"]["causal_mask"])
+        assert (mask == np.tril(np.ones_like(mask))).all()
         if beam == 1:
             steps, output = walked["decoder"]["steps"], walked["decoder"]["output_pieces"]
             assert [s["rows"][0]["next"][0][1] for s in steps] == output
@@ -220,6 +222,8 @@ def test_the_terminal_view_shows_each_step():
     ):
         assert heading in result.stdout
     assert walked_translation() in result.stdout
+    beams = _cli("explain", SENTENCE, "-m", str(MODEL), "-b", "3")
+    assert beams.exit_code == 0 and "hypothesis (score)" in beams.stdout, beams.output
 
 
 def walked_translation() -> str:

@@ -43,7 +43,9 @@ def _vectors(title: str, labels: list[str], columns: dict[str, np.ndarray], dims
     return table
 
 
-def _matrix(title: str, rows: list[str], cols: list[str], values: np.ndarray, sums=False) -> Table:
+def _matrix(
+    title: str, rows: list[str], cols: list[str], values: np.ndarray, sums=False, decimals=PRECISION
+) -> Table:
     """A (rows, cols) matrix with labels, and each row's sum where `sums`."""
     table = Table(title=title, title_justify="left", show_edge=False)
     table.add_column("")
@@ -52,8 +54,8 @@ def _matrix(title: str, rows: list[str], cols: list[str], values: np.ndarray, su
     if sums:
         table.add_column("row sum", justify="right")
     for label, row in zip(rows, values, strict=True):
-        cells = [f"{v:.{PRECISION}f}" for v in row]
-        table.add_row(label, *cells, *([f"{row.sum():.{PRECISION}f}"] if sums else []))
+        cells = [f"{v:.{decimals}f}" for v in row]
+        table.add_row(label, *cells, *([f"{row.sum():.{decimals}f}"] if sums else []))
     return table
 
 
@@ -150,23 +152,43 @@ def decoder_step(e) -> list:
     d = e.decoder
     why = (
         "The decoder writes one piece at a time and feeds each back in. The causal mask lets "
-        "step t see only the pieces before it (a cache keeps their keys and values, so a step "
+        "step t see only the pieces fed so far (a cache keeps their keys and values, so a step "
         "costs one piece). Cross-attention reads the encoder's output: 'reads' lists the source "
         "pieces the last layer's heads weigh most. The output layer scores every piece of the "
         "vocabulary; the search keeps the best (with --beam, the best few hypotheses)."
     )
+    mask = d["causal_mask"].astype(float)
+    fed = ["<s>", *d["output_pieces"][:-1]]
+    return [
+        *_heading("4. The decoder, token by token", why),
+        _matrix("causal mask (1: step t may see that fed piece)", fed, fed, mask, decimals=0),
+        _steps_table(e),
+        Text(f"→ {e.translation}"),
+    ]
+
+
+def _steps_table(e) -> Table:
+    """A row per step and kept hypothesis: what was fed, what it reads, what it may write next."""
+    d = e.decoder
+    beams = max(len(step["rows"]) for step in d["steps"]) > 1
     table = Table(show_edge=False)
-    for name in ("step", "fed", "sees", "reads (cross-attention)", "candidates", "chosen"):
+    columns = ["step", "fed", "reads (cross-attention)", "candidates", "chosen"]
+    for name in ["step", "hypothesis (score)", *columns[1:4]] if beams else columns:
         table.add_column(name)
-    pieces, chosen = e.pieces, d["output_pieces"]
+    chosen = d["output_pieces"]
     for step in d["steps"]:
         t = step["step"]
-        reads = _top_reads(d["cross"][t], pieces) if t < len(chosen) else ""
+        reads = _top_reads(d["cross"][t], e.pieces) if t < len(chosen) else ""
         for b, row in enumerate(step["rows"]):
             nexts = "  ".join(f"{piece} {p:.2f}" for _, piece, p in row["next"])
-            pick = chosen[t] if b == 0 and t < len(chosen) else ""
-            table.add_row(str(t), row["fed"], str(t + 1), reads if b == 0 else "", nexts, pick)
-    return [*_heading("4. The decoder, token by token", why), table, Text(f"→ {e.translation}")]
+            first = str(t) if b == 0 else ""
+            if beams:
+                kept = f"{row['hypothesis']} ({row['score']:.2f})"
+                table.add_row(first, kept, row["fed"], reads if b == 0 else "", nexts)
+            else:
+                pick = chosen[t] if t < len(chosen) else ""
+                table.add_row(first, row["fed"], reads, nexts, pick)
+    return table
 
 
 def _top_reads(row: np.ndarray, pieces: list[str], n: int = 3) -> str:

@@ -186,7 +186,8 @@ def decoder_section(e) -> list[str]:
     for step in d["steps"]:
         for b, row in enumerate(step["rows"]):
             nexts = "  ".join(f"{_t(piece)} {p:.2f}" for _, piece, p in row["next"])
-            rows.append([str(step["step"]), str(b), _t(row["fed"]), f"{row['score']:.3f}", nexts])
+            kept = [_t(row["hypothesis"]), _t(row["fed"]), f"{row['score']:.3f}", nexts]
+            rows.append([str(step["step"]), str(b), *kept])
     return [
         "<h2>4. The decoder, token by token</h2>",
         "<p class=why>One piece at a time, each fed back in; the causal mask lets a step see only "
@@ -200,12 +201,17 @@ def decoder_section(e) -> list[str]:
             d["cross"],
         ),
         heatmap(
-            "self-attention under the causal mask",
+            "self-attention under the causal mask (0 above the diagonal)",
             d["output_pieces"],
             d["output_pieces"],
             d["self"],
         ),
-        _table("the search", ["step", "beam", "fed", "score", "candidates"], rows, labels=3),
+        _table(
+            "the search",
+            ["step", "beam", "hypothesis", "fed", "score", "candidates"],
+            rows,
+            labels=4,
+        ),
     ]
 
 

@@ -89,7 +89,7 @@ def explain(loaded, sentence: str, *, layer: int = 0, head: int = 0, beam: int =
         ids=ids,
         embedding=walk.pop("embedding"),
         encoder=walk,
-        decoder=decoder_steps(result),
+        decoder=decoder_steps(result, tokenizer.decode_tgt),
         translation=result.text,
         learned=learned(model, tokenizer, ids, walk["all_probs"], result),
     )
@@ -266,7 +266,7 @@ def layer_norm_step(norm: nn.LayerNorm, x: np.ndarray, out: np.ndarray) -> dict:
 
 
 # ---------------------------------------------------------------- the decoder
-def decoder_steps(result) -> dict:
+def decoder_steps(result, detokenize: Callable[[list[int]], str]) -> dict:
     """The search step by step, from its own trace and attention record: at each step the
     rows kept (with beam 1, the one row): the piece fed back, the score so far and the top
     candidates; for the chosen output, what each step read of the source (the last layer's
@@ -278,8 +278,14 @@ def decoder_steps(result) -> dict:
         "output_pieces": maps.target,  # (T,) with </s> last
         "cross": cross,
         "self": own,
+        "causal_mask": np.tril(np.ones((len(maps.target), len(maps.target)), dtype=bool)),
         "steps": [
-            {"step": s["step"], "rows": s["beams"], "finished": s["finished"]} for s in result.trace
+            {
+                "step": s["step"],
+                "rows": [{**row, "hypothesis": detokenize(row["prefix"])} for row in s["beams"]],
+                "finished": s["finished"],
+            }
+            for s in result.trace
         ],
     }
 

@@ -254,6 +254,10 @@ def test_spans_and_tags_go_as_pieces_and_come_back():
     ) == ('点击<b>保存</b>或在https://example.com读<a href="https://x.org/a">这个</a>。')
     assert from_placeholders("A ｟URL1｠ ｟url3｠.", sent.given_back) == "A https://example.com ."
     assert from_placeholders("｟url1｠和｟url1｠", sent.given_back) == "https://example.com和"
+    # two spans the model wrote side by side are set apart where their digits would touch
+    times = to_placeholders("at 8:00 and 20:00", find_spans("at 8:00 and 20:00", "en"), KNOWN, "zh")
+    assert from_placeholders("在｟time1｠｟time2｠开。", times.given_back) == "在8:00 20:00开。"
+    assert from_placeholders("在｟time1｠，｟time2｠开。", times.given_back) == "在8:00，20:00开。"
     amounts = to_placeholders("about 40 million", find_spans("about 40 million", "en"), KNOWN, "zh")
     assert amounts.given_back == {span_piece("num", 1): "4000万"}
 

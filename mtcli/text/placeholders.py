@@ -80,22 +80,27 @@ def from_placeholders(text: str, given_back: dict[str, str]) -> str:
     """A translation with its pieces given back once each: a piece its source did not send, or
     one written a second time, is dropped (a model may repeat one: a fact written twice)."""
     seen: set[str] = set()
-
-    def back(m: re.Match) -> str:
+    out: list[str] = []
+    end, last = 0, ""  # last: the character written so far, given-back values included
+    for m in PIECE_ANY_CASE.finditer(text):
+        gap = text[end : m.start()]
+        out.append(gap)
+        last = gap[-1:] or last
         piece = m.group().lower()
-        first = piece not in seen
+        value = given_back.get(piece, "") if piece not in seen else ""
         seen.add(piece)
-        value = given_back.get(piece, "") if first else ""
         # a span the model wrote against a number or word is set apart: a URL ending in 85
-        # followed by 55855 must not read as one number
-        before, after = m.string[m.start() - 1 : m.start()], m.string[m.end() : m.end() + 1]
-        if value and _glued(before, value[0]):
+        # followed by 55855 must not read as one number, nor two times written side by side
+        # (｟time1｠｟time2｠) as 8:0020:00
+        if value and _glued(last, value[0]):
             value = " " + value
-        if value and _glued(value[-1], after):
+        if value and _glued(value[-1], text[m.end() : m.end() + 1]):
             value += " "
-        return value
-
-    return PIECE_ANY_CASE.sub(back, text)
+        out.append(value)
+        last = value[-1:] or last
+        end = m.end()
+    out.append(text[end:])
+    return "".join(out)
 
 
 def _glued(left: str, right: str) -> bool:

@@ -2,7 +2,7 @@
 
     python bench/run.py [--minutes 20]
         [--only train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,
-                threads,own,default,confidence,long,real]
+                threads,own,default,confidence,long,real,rerank]
 
 Each benchmark writes bench/results/NAME.json; the table is built from those files, so a
 benchmark can also be re-run alone (python bench/train.py) and the table re-printed
@@ -201,6 +201,26 @@ def confidence_rows() -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def rerank_rows() -> list[tuple[str, str, str, str]]:
+    """bench/rerank.py: the search's first choice against the noisy channel's (test split)."""
+    d = _load("rerank")
+    if d is None:
+        return []
+    from bench.rerank import SHIPPED_CANDIDATES
+
+    rows = []
+    for direction, r in d.items():
+        first = r["test"]["first choice"]
+        shown = ("MBR chrF", f"noisy channel, first {SHIPPED_CANDIDATES[direction]}")
+        for name, s in r["test"].items():
+            if name in shown:
+                figure = f"{first['bleu']} | {s['bleu']} | {s['bleu'] - first['bleu']:+.2f}"
+                rows.append(
+                    ("rerank", f"{direction}, {name}", "BLEU first | chosen | gain", figure)
+                )
+    return rows
+
+
 def table() -> str:
     rows = [("benchmark", "setting", "figure", "value")]
     if t := _load("train"):
@@ -364,6 +384,7 @@ def table() -> str:
                 )
             )
     rows += default_path_rows() + confidence_rows() + long_line_rows() + real_text_rows()
+    rows += rerank_rows()
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -378,7 +399,7 @@ def main() -> None:
     ap.add_argument(
         "--only",
         default="train,data,decode,ct2,memory,distill,serve,hostile,attention,quality,documents,"
-        "threads,own,default,confidence,long,real",
+        "threads,own,default,confidence,long,real,rerank",
     )
     ap.add_argument("--table", action="store_true", help="only print the table of existing results")
     args = ap.parse_args()
@@ -422,6 +443,8 @@ def main() -> None:
             _run("long_line.py")
         if "real" in only:  # lines with numbers against their twins without, per word
             _run("real_text.py")
+        if "rerank" in only:  # the n-best chosen again by the reverse model
+            _run("rerank.py")
     print(table())
 
 

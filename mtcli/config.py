@@ -196,6 +196,9 @@ class DecodeConfig:
     batch_tokens: int = 8000
     chunk_lines: int = 1000  # lines read before a batch is sorted and translated
     use_cache: bool = True  # False re-feeds the whole prefix each step (reference / benchmark)
+    # the search's first few candidates chosen again by their own score, the reverse model's
+    # and their length (engines/rerank.py), where the model has fitted weights (rerank.json)
+    rerank: bool = True
     no_repeat_ngram: int = 0  # no n-gram twice in an output (fairseq's); 0 = off
     sample: bool = False  # draw each token instead of searching (nbest = draws per line)
     temperature: float = 1.0  # sampling: softmax(logits / T); small T approaches greedy

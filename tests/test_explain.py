@@ -150,12 +150,21 @@ def _json(*args: str) -> dict:
 
 @pytest.mark.parametrize("beam", [1, 5])
 def test_the_decoder_steps_give_what_translate_gives(beam):
-    """The walk's translation is `mtcli translate`'s at the same beam; greedy, each step's best
+    """The walk's translation is the search's, `mtcli translate --no-rerank`'s at the same beam
+    (the walk shows the search, not the reranking after it); greedy, each step's best
     candidate is the piece chosen there, and the pieces fed back are <s> and the output's."""
     for sentence in (SENTENCE, "The weather is nice today.", "I like to read books."):
         walked = _json(sentence, "-m", str(MODEL), "-b", str(beam))
         translated = _cli(
-            "translate", "-q", "-m", str(MODEL), "-b", str(beam), "--no-confidence", sentence
+            "translate",
+            "-q",
+            "-m",
+            str(MODEL),
+            "-b",
+            str(beam),
+            "--no-confidence",
+            "--no-rerank",
+            sentence,
         )
         assert translated.exit_code == 0, translated.output
         assert walked["translation"] == translated.stdout.strip()

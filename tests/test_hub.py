@@ -52,7 +52,10 @@ def marian_dir(tmp_path_factory):
 
 
 def _translate(model: str, env: dict) -> list[str]:
-    result = CliRunner().invoke(main, ["translate", "-m", model], input="\n".join(LINES) + "\n", env=env)  # fmt: skip
+    """The search's translations (--no-rerank: the weights are what is compared; a MarianMT
+    directory carries no reranking weights)."""
+    args = ["translate", "-m", model, "--no-rerank"]
+    result = CliRunner().invoke(main, args, input="\n".join(LINES) + "\n", env=env)
     assert result.exit_code == 0, result.output
     return result.stdout.splitlines()
 

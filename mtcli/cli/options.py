@@ -77,6 +77,13 @@ def decode_options(func):
         number("--nbest", int, d.nbest, "Hypotheses kept per line (jsonl shows all)."),
         number("--batch-tokens", int, d.batch_tokens, "Padded source tokens x beam per batch."),
         number("--no-repeat-ngram", int, 0, "No n-gram of this size twice in an output (0 = off)."),
+        click.option(
+            "--rerank/--no-rerank",
+            default=True,
+            show_default=True,
+            help="Choose among the beam's first candidates with the reverse model, where the "
+            "model has fitted weights (rerank.json).",
+        ),
         number("--device", click.Choice(["auto", "cpu", "cuda"]), "auto"),
         number(
             "--threads",

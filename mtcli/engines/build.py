@@ -166,6 +166,7 @@ def _own_translator(
         trace=options.trace,
         constraints=_constraints(options.glossary, first),
         reading=options.text_layer,  # the confidence and SpanRestorer read it
+        rerank=_reranker(loaded, cfg, device, options.quantize),
     )
     if not options.text_layer:
         return translator
@@ -196,6 +197,20 @@ def _restorer(translator, tokenizer, to_phrases) -> SpanRestorer | None:
     if not translator.reading or translator.align:
         return None
     return SpanRestorer(tokenizer, to_phrases)
+
+
+def _reranker(loaded: list, cfg: DecodeConfig, device, quantize: str):
+    """The noisy-channel reranker of one model (engines/rerank.py), where asked (--no-rerank:
+    not), the model has fitted weights and the model the other way is installed; None else
+    (an ensemble: its members' candidates are one search's)."""
+    if not cfg.rerank or len(loaded) != 1:
+        return None
+    from mtcli.engines.confidence import reverse_for
+    from mtcli.engines.rerank import Reranker, RerankWeights
+
+    weights = RerankWeights.load(Path(loaded[0].path))
+    reverse = reverse_for(loaded[0], device, quantize) if weights is not None else None
+    return Reranker(weights, reverse, device) if reverse is not None else None
 
 
 def confidence_column(paths: list, options: EngineOptions) -> bool:

@@ -114,16 +114,11 @@ class ConfidenceEstimator:
         self, sources: list[str], outputs: list[str], readings=None
     ) -> dict[str, np.ndarray]:
         """Every signal, the length ratio as the raw log ratio (the fit learns its typical value)."""
-        fwd, rev = self.forward, self.reverse
+        fwd = self.forward
         src_ids = [_cut(fwd.tokenizer.encode_src(s), fwd.limit()) for s in sources]
         out_ids = [_cut(fwd.tokenizer.encode_tgt(o), fwd.limit()) for o in outputs]
         there = self._forward_scores(src_ids, out_ids, outputs, readings)
-        back = forced_pass(
-            rev.model,
-            [_cut(rev.tokenizer.encode_src(o), rev.limit()) for o in outputs],
-            [_cut(rev.tokenizer.encode_tgt(s), rev.limit()) for s in sources],
-            self.device,
-        )
+        back = self._reverse_scores(sources, outputs, readings)
         columns = {
             "logprob": [lp.mean() for lp, _ in there],
             "min_logprob": [lp.min() for lp, _ in there],
@@ -140,6 +135,26 @@ class ConfidenceEstimator:
         }
         return {name: np.asarray(values, dtype=float) for name, values in columns.items()}
 
+    def _reverse_scores(self, sources: list[str], outputs: list[str], readings) -> list[Scores]:
+        """The reverse model's scores of each pair: those the reranker computed for that very
+        pair (engines/rerank.py: its pass over the candidates is this pass), one batched
+        pass for the others."""
+        shared = [
+            r.reverse
+            if r is not None and r.reverse is not None and (r.source, r.text) == (s, o)
+            else None
+            for s, o, r in zip(sources, outputs, readings or [None] * len(outputs), strict=True)
+        ]
+        return _filled(
+            shared,
+            lambda missing: reverse_pass(
+                self.reverse,
+                [sources[i] for i in missing],
+                [outputs[i] for i in missing],
+                self.device,
+            ),
+        )
+
     def _forward_scores(self, src_ids, out_ids, outputs: list[str], readings) -> list[Scores]:
         """The forward model's scores of each pair: what the search read where it wrote that
         very output, a teacher-forced pass (one batched call) for the others."""
@@ -147,17 +162,24 @@ class ConfidenceEstimator:
         found = [
             read_scores(r, o, ids) for r, o, ids in zip(readings, outputs, out_ids, strict=True)
         ]
-        missing = [i for i, scores in enumerate(found) if scores is None]
-        if missing:
-            forced = forced_pass(
+        return _filled(
+            found,
+            lambda missing: forced_pass(
                 self.forward.model,
                 [src_ids[i] for i in missing],
                 [out_ids[i] for i in missing],
                 self.device,
-            )
-            for i, scores in zip(missing, forced, strict=True):
-                found[i] = scores
-        return found
+            ),
+        )
+
+
+def _filled(found: list, score: Callable[[list[int]], list[Scores]]) -> list[Scores]:
+    """`found` with its Nones replaced by what one call of `score` gives for their indices."""
+    missing = [i for i, scores in enumerate(found) if scores is None]
+    if missing:
+        for i, scores in zip(missing, score(missing), strict=True):
+            found[i] = scores
+    return found
 
 
 def read_scores(reading, output: str, out_ids: list[int]) -> Scores | None:
@@ -169,6 +191,19 @@ def read_scores(reading, output: str, out_ids: list[int]) -> Scores | None:
         return None
     logprobs = np.maximum(np.asarray(reading.reading.logprobs, dtype=np.float32), FLOOR)
     return logprobs, np.asarray(reading.reading.received, dtype=np.float32)
+
+
+def reverse_pass(
+    reverse: Direction, sources: list[str], outputs: list[str], device
+) -> list[Scores]:
+    """Each output read back into its source by the reverse model (teacher-forced, batched):
+    the Scores of log P(source | output)."""
+    return forced_pass(
+        reverse.model,
+        [_cut(reverse.tokenizer.encode_src(o), reverse.limit()) for o in outputs],
+        [_cut(reverse.tokenizer.encode_tgt(s), reverse.limit()) for s in sources],
+        device,
+    )
 
 
 def _cut(ids: list[int], limit: int) -> list[int]:
@@ -254,22 +289,33 @@ def estimator_for(loaded, device, quantize: str = "") -> ConfidenceEstimator | N
     """The estimator for a LoadedModel: its directory's fitted weights and the installed model
     the other way as the reverse (loaded when the first sentence is scored); None where either
     is missing (an imported model)."""
-    from mtcli.store import registry
-
     calibration = Calibration.load(loaded.path)
-    if calibration is None or not loaded.src_lang or not loaded.tgt_lang:
+    if calibration is None:
         return None
-    info = registry.for_direction(loaded.tgt_lang, loaded.src_lang)
-    if info is None:
+    reverse = reverse_for(loaded, device, quantize)
+    if reverse is None:
         return None
     return ConfidenceEstimator(
         Direction(loaded.model, loaded.tokenizer),
-        functools.partial(_reverse_model, info.path, str(device), quantize),
+        reverse,
         calibration,
         loaded.src_lang,
         loaded.tgt_lang,
         device,
     )
+
+
+def reverse_for(loaded, device, quantize: str = "") -> Callable[[], Direction] | None:
+    """What loads the installed model the other way for a LoadedModel (once per process and
+    device, shared by the confidence and the reranker); None where there is none."""
+    from mtcli.store import registry
+
+    if not loaded.src_lang or not loaded.tgt_lang:
+        return None
+    info = registry.for_direction(loaded.tgt_lang, loaded.src_lang)
+    if info is None:
+        return None
+    return functools.partial(_reverse_model, info.path, str(device), quantize)
 
 
 @functools.cache

@@ -39,6 +39,10 @@ class SearchReading:
     text: str
     tokens: list[int]
     reading: Reading
+    # where the reranker read it back into its source with the reverse model (engines/
+    # rerank.py): that source as the model read it, and the Scores the confidence takes
+    source: str = ""
+    reverse: Any = None
 
 
 @dataclass

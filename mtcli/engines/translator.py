@@ -49,6 +49,7 @@ class Translator:
         trace: bool = False,
         constraints: Callable[[str], list[list[int]]] | None = None,
         reading: bool = False,
+        rerank=None,
     ):
         if cfg.sample and (align or trace):
             raise ValueError("sampling records no attention or search steps: no align or trace")
@@ -69,6 +70,9 @@ class Translator:
         # the source and the output share the position table; keep room for the output
         self.truncate = Truncator(output_limit(self.models), warn)
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        # (sources, their candidates as (text, score)) -> the one chosen of each, with its
+        # reverse Scores (engines/rerank.py); only over a beam's candidates
+        self.rerank = rerank if cfg.beam_size > 1 and not cfg.sample else None
 
     @property
     def model(self) -> Seq2Seq:
@@ -117,8 +121,14 @@ class Translator:
         if cfg.beam_size == 1:
             return [[h] for h in greedy(self.models, src_ids, src_mask, **common)]
         return beam_search(
-            self.models, src_ids, src_mask, beam_size=cfg.beam_size, nbest=cfg.nbest, **common
+            self.models, src_ids, src_mask, beam_size=cfg.beam_size, nbest=self._kept(), **common
         )
+
+    def _kept(self) -> int:
+        """Hypotheses a beam search returns: those asked for, or those the reranker weighs."""
+        if self.rerank is None:
+            return self.cfg.nbest
+        return max(self.cfg.nbest, min(self.rerank.candidates, self.cfg.beam_size))
 
     def _batches(self, lengths: list[int]) -> Iterator[list[int]]:
         """Indices sorted by length, cut so padded source tokens x rows per sentence (the beam,
@@ -170,17 +180,36 @@ class Translator:
             nbests = self.search(
                 [encoded[j][1] for j in batch], [encoded[j][3] for j in batch], tracer
             )
-            for position, (j, hyps) in enumerate(zip(batch, nbests, strict=True)):
+            texts = [
+                [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps] for hyps in nbests
+            ]
+            choices = self._choices([lines[encoded[j][0]] for j in batch], texts)
+            for position, (j, hyps, cands, choice) in enumerate(
+                zip(batch, nbests, texts, choices, strict=True)
+            ):
                 i, src_ids, truncated, _ = encoded[j]
-                texts = [(self.tokenizer.decode_tgt(h.tokens), h.score) for h in hyps]
-                best_text, best_score = texts[0] if texts else ("", float("-inf"))
-                results[i] = Translation(lines[i], best_text, best_score, texts, truncated)
-                if hyps and hyps[0].reading is not None:
-                    results[i].reading = SearchReading(best_text, hyps[0].tokens, hyps[0].reading)
+                hyps, cands = _chosen_first(hyps, choice[0]), _chosen_first(cands, choice[0])
+                results[i] = self._result(lines[i], hyps, cands, truncated, choice[1])
                 if tracer is not None:
                     results[i].trace = self._readable(_steps_of(tracer, position))
                 if self.align and hyps:
                     self._add_alignment(results[i], src_ids, hyps[0])
+
+    def _choices(self, sources: list[str], texts: list[list[tuple[str, float]]]) -> list[tuple]:
+        """(index of the candidate chosen, its reverse Scores or None) for each source."""
+        if self.rerank is None:
+            return [(0, None)] * len(sources)
+        return self.rerank(sources, texts)
+
+    def _result(self, line: str, hyps, cands, truncated: bool, reverse) -> Translation:
+        """The Translation of `line` from its candidates, the chosen first; the n-best asked."""
+        best_text, best_score = cands[0] if cands else ("", float("-inf"))
+        result = Translation(line, best_text, best_score, cands[: self.cfg.nbest], truncated)
+        if hyps and hyps[0].reading is not None:
+            result.reading = SearchReading(
+                best_text, hyps[0].tokens, hyps[0].reading, line, reverse
+            )
+        return result
 
     def _add_alignment(self, result: Translation, src_ids: list[int], hyp: Hypothesis) -> None:
         attention = self._attention(src_ids, hyp)
@@ -301,6 +330,11 @@ class Translator:
             }
             for s in steps
         ]
+
+
+def _chosen_first(items: list, chosen: int) -> list:
+    """`items` with the one at `chosen` moved to the front, the others in their order."""
+    return [items[chosen], *items[:chosen], *items[chosen + 1 :]] if items else items
 
 
 def _steps_of(tracer: Tracer, sentence: int) -> list[TraceStep]:

@@ -18,7 +18,7 @@ from mtcli.text.layer import TextLayer
 from mtcli.text.markup import read, run_texts, written
 from mtcli.text.render import render
 from mtcli.text.sentences import fit, join_sentences, split_sentences
-from mtcli.text.spans import find_spans, invented_numbers, renumbered
+from mtcli.text.spans import find_spans, invented_numbers, renumbered, said_once
 from tests.conftest import REPO, run_mtcli, write_lines
 
 MODELS = REPO / "models"
@@ -81,6 +81,23 @@ def test_two_short_sentences_are_both_translated(en_zh, zh_en):
                                    (zh_en, ["我们明天见。", "别忘了带伞。"], " ")):  # fmt: skip
         alone = [t.text for t in translator.translate_chunk(pair)]
         assert translator.translate_chunk([" ".join(pair)])[0].text == glue.join(alone), alone
+
+
+def test_a_number_said_twice_side_by_side_is_written_once_in_digits():
+    """The placeholder model writes a count in words and its span beside it (三个｟num1｠兄弟):
+    the digits take the words' place where the values agree; otherwise nothing changes."""
+    assert said_once("我有三个3兄弟和两个2姐妹。", ["3", "2"]) == "我有3个兄弟和2个姐妹。"
+    assert said_once("I have three 3 brothers.", ["3"]) == "I have 3 brothers."
+    assert said_once("他有十二只12猫。", ["12"]) == "他有12只猫。"
+    unchanged = [
+        ("火车十分钟15后离开。", ["15"]),  # 10 is not 15: an invented number, flagged elsewhere
+        ("他有五个3本书。", ["3"]),
+        ("我有三个3.5元。", ["3"]),  # 3.5 is not 3
+        ("我有三个3兄弟。", []),  # the 3 is the model's own, not a span given back
+        ("It is one 1,000 times better.", ["1"]),
+    ]
+    for text, numbers in unchanged:
+        assert said_once(text, numbers) == text, text
 
 
 def test_invented_numbers_by_hand():

@@ -30,6 +30,7 @@ from mtcli.text.spans import (
     lost_spans,
     missing_spans,
     renumbered,
+    said_once,
     stand_in,
 )
 
@@ -316,6 +317,7 @@ class TextLayer:
         for word, span in segment.stand_ins.items():
             text = text.replace(word, span)
         wanted = [segment.stand_ins.get(k, segment.pieces.get(k, k)) for k in segment.keep]
+        text = said_once(text, wanted)
         if not quiet and (lost := lost_spans(text, wanted)):
             segment.lost = True
             self.warn(f"the translation of {_excerpt(segment.source)} lost {', '.join(lost)}")

@@ -265,6 +265,34 @@ _ZH_WRITTEN = re.compile(
 )
 
 
+# a measure word a Chinese count puts between the number and the noun (三个兄弟, 两只猫)
+_MEASURE_WORDS = "个只本位张辆件条双台家间次岁名把杯块支首"
+_SAID_TWICE_ZH = re.compile(f"({_ZH_RUN.pattern})([{_MEASURE_WORDS}]?)(\\d+)(?![\\d.,:])")
+_SAID_TWICE_EN = re.compile(r"\b([A-Za-z]+) (\d+)\b(?![.,:]\d)")
+
+
+def said_once(translation: str, numbers: list[str]) -> str:
+    """The translation with a number it wrote twice side by side, in words and then in the
+    source's digits, written once, in digits where the words were (the placeholder model
+    writes 三个｟num1｠兄弟: 三个3兄弟 becomes 3个兄弟; three 3 brothers becomes 3 brothers).
+    Only `numbers` (the source's, given back) count, and only where the values agree."""
+    given = {n for n in numbers if n.isdigit()}
+
+    def zh(m: re.Match) -> str:
+        words, measure, digits = m.groups()
+        if digits in given and _chinese_value(words) == int(digits):
+            return digits + measure
+        return m.group()
+
+    def en(m: re.Match) -> str:
+        word, digits = m.groups()
+        if digits in given and EN_NUMBERS.get(word.lower()) == int(digits):
+            return digits
+        return m.group()
+
+    return _SAID_TWICE_EN.sub(en, _SAID_TWICE_ZH.sub(zh, translation))
+
+
 def invented_numbers(source: str, translation: str) -> list[str]:
     """The numbers a translation writes that its source holds nowhere, as digits or as Chinese
     number words ("12 euros" came out as 12：30岁, "five patients" as 50, "one million" as 五十):

@@ -83,21 +83,39 @@ def test_two_short_sentences_are_both_translated(en_zh, zh_en):
         assert translator.translate_chunk([" ".join(pair)])[0].text == glue.join(alone), alone
 
 
-def test_a_number_said_twice_side_by_side_is_written_once_in_digits():
+def test_a_number_said_twice_side_by_side_is_said_once():
     """The placeholder model writes a count in words and its span beside it (三个｟num1｠兄弟):
-    the digits take the words' place where the values agree; otherwise nothing changes."""
-    assert said_once("我有三个3兄弟和两个2姐妹。", ["3", "2"]) == "我有3个兄弟和2个姐妹。"
-    assert said_once("I have three 3 brothers.", ["3"]) == "I have 3 brothers."
-    assert said_once("他有十二只12猫。", ["12"]) == "他有12只猫。"
+    the span takes the words' place where the values agree; otherwise nothing changes."""
+    pieces = {"｟num1｠": "3", "｟num2｠": "2"}
+    assert (
+        said_once("我有三个｟num1｠兄弟和两个｟NUM2｠姐妹。", pieces)
+        == "我有｟num1｠个兄弟和｟NUM2｠个姐妹。"
+    )
+    assert said_once("I have three ｟num1｠ brothers.", pieces) == "I have ｟num1｠ brothers."
+    assert said_once("他有十二只12猫。", {"12": "12"}) == "他有12只猫。"  # a stand-in or digits
     unchanged = [
-        ("火车十分钟15后离开。", ["15"]),  # 10 is not 15: an invented number, flagged elsewhere
-        ("他有五个3本书。", ["3"]),
-        ("我有三个3.5元。", ["3"]),  # 3.5 is not 3
-        ("我有三个3兄弟。", []),  # the 3 is the model's own, not a span given back
-        ("It is one 1,000 times better.", ["1"]),
+        (
+            "火车十分钟15后离开。",
+            {"15": "15"},
+        ),  # 10 is not 15: an invented number, flagged elsewhere
+        ("他有五个｟num1｠本书。", pieces),
+        ("我有三个3.5元。", {"3": "3"}),  # 3.5 is not 3
+        ("我有三个3兄弟。", {}),  # the 3 is the model's own, not a span of the source
+        ("It is one 1,000 times better.", {"1": "1"}),
+        ("about 四千万｟num1｠", {"｟num1｠": "4000万"}),  # not a whole number: left alone
     ]
     for text, numbers in unchanged:
         assert said_once(text, numbers) == text, text
+
+
+def test_the_shipped_model_says_a_count_once_and_is_judged_on_that():
+    """en-zh-tiny writes 三个｟num1｠兄弟 for "3 brothers": the reader gets 3个兄弟, and the
+    confidence reads that sentence, not the doubled one (0.0002 when it read the doubled)."""
+    options = EngineOptions(device="cpu", confidence=True)
+    t = build_translator([MODELS / "en-zh-tiny"], DecodeConfig(), options)
+    r = t.translate_chunk(["I have 3 brothers and 2 sisters."])[0]
+    assert "3个兄弟" in r.text and "2个姐妹" in r.text and "三" not in r.text, r.text
+    assert r.confidence > 0.01
 
 
 def test_invented_numbers_by_hand():

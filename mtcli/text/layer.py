@@ -317,7 +317,6 @@ class TextLayer:
         for word, span in segment.stand_ins.items():
             text = text.replace(word, span)
         wanted = [segment.stand_ins.get(k, segment.pieces.get(k, k)) for k in segment.keep]
-        text = said_once(text, wanted)
         if not quiet and (lost := lost_spans(text, wanted)):
             segment.lost = True
             self.warn(f"the translation of {_excerpt(segment.source)} lost {', '.join(lost)}")
@@ -325,8 +324,12 @@ class TextLayer:
 
 
 def _numbers_put_right(segment: Segment, result) -> tuple:
-    """`result` with its numbers put right where they pair up with the segment's, and whether
-    it then holds every span of `segment`."""
+    """`result` with its numbers put right where they pair up with the segment's (one said
+    twice, in words and as the span, said once), and whether it then holds every span of
+    `segment`. Before the confidence reads it: it judges the sentence the reader gets."""
+    values = {k: segment.pieces.get(k, segment.stand_ins.get(k, k)) for k in segment.keep}
+    if (once := said_once(result.text, values)) != result.text:
+        result = replace(result, text=once)
     if not segment.keep or not lost_spans(result.text, segment.keep):
         return result, True
     text = renumbered(result.text, [k for k in segment.keep if NUMBER.fullmatch(k)])

@@ -267,30 +267,31 @@ _ZH_WRITTEN = re.compile(
 
 # a measure word a Chinese count puts between the number and the noun (三个兄弟, 两只猫)
 _MEASURE_WORDS = "个只本位张辆件条双台家间次岁名把杯块支首"
-_SAID_TWICE_ZH = re.compile(f"({_ZH_RUN.pattern})([{_MEASURE_WORDS}]?)(\\d+)(?![\\d.,:])")
-_SAID_TWICE_EN = re.compile(r"\b([A-Za-z]+) (\d+)\b(?![.,:]\d)")
 
 
-def said_once(translation: str, numbers: list[str]) -> str:
-    """The translation with a number it wrote twice side by side, in words and then in the
-    source's digits, written once, in digits where the words were (the placeholder model
-    writes 三个｟num1｠兄弟: 三个3兄弟 becomes 3个兄弟; three 3 brothers becomes 3 brothers).
-    Only `numbers` (the source's, given back) count, and only where the values agree."""
-    given = {n for n in numbers if n.isdigit()}
+def said_once(translation: str, numbers: dict[str, str]) -> str:
+    """The translation with a number it wrote twice side by side, in words and then as a span
+    (the placeholder model writes 三个｟num1｠兄弟, which read 三个3兄弟), written once: the span
+    where the words were (｟num1｠个兄弟; three ｟num1｠ brothers becomes ｟num1｠ brothers).
+    `numbers`: each span as the model writes it (a piece, a stand-in, the digits) -> the whole
+    number it stands for; only those count, and only where the values agree."""
+    given = {k.lower(): int(v) for k, v in numbers.items() if v.isdigit()}
+    if not given:
+        return translation
+    spans = "|".join(re.escape(k) for k in sorted(given, key=len, reverse=True))
+    after = r"(?![\d.,:])"  # 3.5 or 3:30 is another number than 3
 
     def zh(m: re.Match) -> str:
-        words, measure, digits = m.groups()
-        if digits in given and _chinese_value(words) == int(digits):
-            return digits + measure
-        return m.group()
+        words, measure, span = m.groups()
+        return span + measure if _chinese_value(words) == given[span.lower()] else m.group()
 
     def en(m: re.Match) -> str:
-        word, digits = m.groups()
-        if digits in given and EN_NUMBERS.get(word.lower()) == int(digits):
-            return digits
-        return m.group()
+        word, span = m.groups()
+        return span if EN_NUMBERS.get(word.lower()) == given[span.lower()] else m.group()
 
-    return _SAID_TWICE_EN.sub(en, _SAID_TWICE_ZH.sub(zh, translation))
+    zh_twice = re.compile(f"({_ZH_RUN.pattern})([{_MEASURE_WORDS}]?)({spans}){after}", re.I)
+    en_twice = re.compile(rf"\b([A-Za-z]+) ({spans}){after}", re.I)
+    return en_twice.sub(en, zh_twice.sub(zh, translation))
 
 
 def invented_numbers(source: str, translation: str) -> list[str]:
